@@ -1,0 +1,63 @@
+"""Datasets, one registry: `DATASETS` keyed by the YAML `task.dataset.name`.
+
+A loader takes (dataset config, device) and returns a data object held in
+memory as tensors (on the training device); subsets and splits are
+deterministic given `dataset.split_seed`, so every trial sees the same data.
+Missing or malformed files raise `DataError` naming the file.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nas_stab.registry import Registry
+
+DATASETS = Registry("dataset")
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What a model needs to know about its data."""
+
+    name: str
+    in_shape: tuple = ()
+    classes: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+__all__ = ["DATASETS", "DataInfo", "check_dataset", "load_dataset", "resolve_root", "cache_dir"]
+
+
+def check_dataset(spec) -> tuple[tuple, str] | None:
+    d = spec.task.dataset
+    if d.name not in DATASETS:
+        return ("task", "dataset", "name"), DATASETS.unknown(d.name)
+    entry = DATASETS.entry(d.name)
+    task = entry.info.get("task", "classification")
+    if task != spec.task.kind:
+        return ("task", "dataset", "name"), f"{d.name!r} is a {task} dataset; task.kind is {spec.task.kind!r}"
+    check = entry.info.get("check")
+    return check(spec) if check else None
+
+
+def load_dataset(spec, device):
+    """Load `spec.task.dataset` onto `device`."""
+    return DATASETS.get(spec.task.dataset.name)(spec.task.dataset, device)
+
+
+def resolve_root(root: str, base: str | os.PathLike | None = None) -> Path:
+    """Expand '~' and make a relative root relative to the current directory."""
+    p = Path(os.path.expanduser(root))
+    return p if p.is_absolute() or base is None else Path(base) / p
+
+
+def cache_dir(cfg=None) -> Path:
+    d = (cfg.cache if cfg is not None and cfg.cache else None) or os.environ.get("NAS_STAB_CACHE") or "~/.cache/nas_stab"
+    p = Path(os.path.expanduser(d))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+# importing a module registers its datasets
+from nas_stab.data import tabular  # noqa: E402,F401

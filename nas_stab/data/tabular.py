@@ -1,0 +1,130 @@
+"""Small offline classification datasets: `digits`, `synthetic`, `mnist`."""
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nas_stab.data import DATASETS, DataInfo, resolve_root
+from nas_stab.data.tensors import TensorData, split
+from nas_stab.errors import DataError
+
+
+def _parts(cfg, x, y, source: str, test: tuple | None = None):
+    """train/val(/test) splits from one pool, or train/val from a train pool plus a given test set."""
+    if test is None:
+        parts = split(x, y, {"test": cfg.test, "val": cfg.val, "train": cfg.train}, cfg.split_seed,
+                      fractions={"test": 0.2, "val": 0.2}, source=source)
+        return parts["train"], parts["val"], parts["test"]
+    parts = split(x, y, {"val": cfg.val, "train": cfg.train}, cfg.split_seed, fractions={"val": 0.1}, source=source)
+    tx, ty = test
+    if cfg.test is not None:
+        tx, ty = tx[: cfg.test], ty[: cfg.test]
+    return parts["train"], parts["val"], (tx, ty)
+
+
+def _make(cfg, name, x, y, classes, source, test=None, note=""):
+    (xtr, ytr), (xva, yva), (xte, yte) = _parts(cfg, x, y, source, test)
+    info = DataInfo(name, tuple(x.shape[1:]), classes)
+    return TensorData(info, xtr, ytr, xva, yva, xte, yte, note=note or f"{len(xtr)} train / {len(xva)} val / {len(xte)} test")
+
+
+@DATASETS.register("digits", task="classification", doc="scikit-learn's bundled 8x8 digits (1,797 images)")
+def load_digits(cfg, device):
+    from sklearn.datasets import load_digits as sk_digits
+
+    d = sk_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    x = (x - x.mean()) / x.std()
+    y = torch.tensor(d.target, dtype=torch.long)
+    return _make(cfg, "digits", x, y, 10, "digits").to(device)
+
+
+@DATASETS.register("synthetic", task="classification", doc="generated learnable classes: prototypes plus noise")
+def load_synthetic(cfg, device):
+    g = torch.Generator().manual_seed(1000 + cfg.split_seed)
+    shape = tuple(cfg.shape)
+    dim = int(np.prod(shape))
+    protos = torch.randn(cfg.classes, dim, generator=g)
+    y = torch.randint(0, cfg.classes, (cfg.size,), generator=g)
+    x = protos[y] + cfg.noise * torch.randn(cfg.size, dim, generator=g) * np.sqrt(1.0)
+    x = x / x.std()
+    return _make(cfg, "synthetic", x.view(cfg.size, *shape), y, cfg.classes, "synthetic").to(device)
+
+
+def _idx_candidates(root: Path, stem: str) -> list[Path]:
+    dirs = [root, root / "mnist", root / "MNIST" / "raw"]
+    return [d / (stem + ext) for d in dirs for ext in ("", ".gz")]
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (optionally gzipped); DataError on truncation or a bad header."""
+    try:
+        raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from None
+    if len(raw) < 4:
+        raise DataError(f"{path}: truncated IDX file ({len(raw)} bytes)")
+    zero, dtype_code, ndim = raw[0:2], raw[2], raw[3]
+    if zero != b"\x00\x00" or dtype_code != 0x08 or ndim < 1:
+        raise DataError(f"{path}: not an IDX file of unsigned bytes (header {raw[:4].hex()})")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated IDX header")
+    dims = struct.unpack(">" + "I" * ndim, raw[4:header])
+    need = int(np.prod(dims))
+    if len(raw) - header != need:
+        raise DataError(f"{path}: expected {need} bytes of data for shape {dims}, found {len(raw) - header} (truncated or corrupt)")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def _find_idx(root: Path, stem: str, required: bool) -> Path | None:
+    for p in _idx_candidates(root, stem):
+        if p.exists():
+            return p
+    if required:
+        looked = ", ".join(str(p) for p in _idx_candidates(root, stem)[::2])
+        raise DataError(f"MNIST file {stem}[.gz] not found; looked in {looked}")
+    return None
+
+
+def _mnist_pair(root: Path, prefix: str, required: bool):
+    ip = _find_idx(root, f"{prefix}-images-idx3-ubyte", required)
+    lp = _find_idx(root, f"{prefix}-labels-idx1-ubyte", required)
+    if ip is None or lp is None:
+        return None
+    xi, yl = read_idx(ip), read_idx(lp)
+    if xi.ndim != 3 or yl.ndim != 1 or len(xi) != len(yl):
+        raise DataError(f"{ip}: images {xi.shape} do not match labels {yl.shape} in {lp}")
+    if len(xi) == 0:
+        raise DataError(f"{ip}: empty split")
+    return xi, yl
+
+
+@DATASETS.register("mnist", task="classification", doc="MNIST from IDX files in root (plain, mnist/ or MNIST/raw/)")
+def load_mnist(cfg, device):
+    root = resolve_root(cfg.root)
+    train = _mnist_pair(root, "train", required=False)
+    test = _mnist_pair(root, "t10k", required=train is None and not cfg.download)
+    if train is None and test is None and cfg.download:
+        import torchvision
+
+        torchvision.datasets.MNIST(str(root), train=True, download=True)
+        torchvision.datasets.MNIST(str(root), train=False, download=True)
+        train, test = _mnist_pair(root, "train", True), _mnist_pair(root, "t10k", True)
+
+    def tens(pair):
+        x = torch.tensor(pair[0], dtype=torch.float32).unsqueeze(1) / 255.0
+        return (x - 0.1307) / 0.3081, torch.tensor(pair[1], dtype=torch.long)
+
+    if train is None:
+        x, y = tens(test)
+        note = "only the MNIST test split was found: it was split into train/val/test"
+        data = _make(cfg, "mnist", x, y, 10, "mnist t10k", note=note)
+    else:
+        x, y = tens(train)
+        data = _make(cfg, "mnist", x, y, 10, "mnist train", test=tens(test) if test else None)
+    return data.to(device)

@@ -1,0 +1,43 @@
+"""Errors that reach the user as one clear line, never a traceback."""
+from __future__ import annotations
+
+
+class NasStabError(Exception):
+    """Base class of every error nas_stab reports to the user."""
+
+    exit_code = 1
+
+
+class SpecError(NasStabError):
+    """Bad input: an experiment file, a `--set` override or a command-line value.
+
+    Rendered as ``file:line: key: message``; the CLI exits with code 2.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None, key: str | None = None):
+        self.message = message
+        self.file = file
+        self.line = line
+        self.key = key
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file:
+            where = self.file + (f":{self.line}" if self.line else "") + ": "
+        key = f"{self.key}: " if self.key else ""
+        return f"{where}{key}{self.message}"
+
+
+class DataError(NasStabError):
+    """A dataset file is missing, truncated or malformed; names the file."""
+
+    exit_code = 2
+
+
+class RunError(NasStabError):
+    """A run directory cannot be used as asked (changed spec without --fresh, locked, ...)."""
+
+    exit_code = 2

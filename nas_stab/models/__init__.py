@@ -1,0 +1,40 @@
+"""Model architectures, one registry: `ARCHS` keyed by the YAML `model.arch`.
+
+Every model is an `nn.Module` whose `forward` maps a batch to outputs, and
+which exposes what the stability probes need (see `base.StableModel`):
+
+- `blocks`: the residual blocks in order (forward hooks read their norms);
+- `branch_weights()`: (name, parameter) of the residual branches' weights.
+
+Scalar parameters (0-d tensors: learnable tau, Fixup biases) are trained at
+`train.scalar_lr_mult` x lr by the optimizer builder.
+"""
+from __future__ import annotations
+
+from nas_stab.registry import Registry
+
+ARCHS = Registry("arch")
+
+__all__ = ["ARCHS", "build_model", "check_model"]
+
+
+def check_model(spec) -> tuple[tuple, str] | None:
+    """(key path, reason) if the model section cannot be built, else None."""
+    m = spec.model
+    if m.arch not in ARCHS:
+        return ("model", "arch"), ARCHS.unknown(m.arch)
+    entry = ARCHS.entry(m.arch)
+    task = entry.info.get("task", "classification")
+    if task != spec.task.kind:
+        return ("model", "arch"), f"{m.arch!r} is a {task} architecture; task.kind is {spec.task.kind!r}"
+    check = entry.info.get("check")
+    return check(spec) if check else None
+
+
+def build_model(spec, info):
+    """Build the architecture named by `spec.model.arch` for data described by `info`."""
+    return ARCHS.get(spec.model.arch)(spec, info)
+
+
+# importing a module registers its architectures
+from nas_stab.models import mlp  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""Searching: the Optuna study (samplers, pruners, storage) and the runners."""

@@ -1,0 +1,113 @@
+"""Optuna pieces named in the YAML: samplers, pruners, storage, direction.
+
+The grid sampler is nas_stab's own enumeration (conditions and duplicates
+handled by `Space.grid`): each grid point is enqueued into the study, so the
+Optuna study still records every trial with its parameters and states.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from nas_stab import metrics
+from nas_stab.registry import Registry
+from nas_stab.spec.build import did_you_mean
+
+PRUNERS = Registry("pruner")
+SAMPLERS = Registry("sampler")
+
+for _name, _cls, _doc in [
+    ("none", "NopPruner", "never prunes (the divergence rule still runs)"),
+    ("median", "MedianPruner", "prune below the median of earlier trials at the same step"),
+    ("percentile", "PercentilePruner", "prune below a percentile (option: percentile, default 25)"),
+    ("asha", "SuccessiveHalvingPruner", "asynchronous successive halving"),
+    ("hyperband", "HyperbandPruner", "Hyperband over successive-halving brackets"),
+    ("threshold", "ThresholdPruner", "prune outside [lower, upper]"),
+]:
+    PRUNERS.register(_name, optuna_class=_cls, doc=_doc)(_cls)
+
+for _name, _cls, _doc in [
+    ("grid", "RandomSampler", "every combination of the space, times the seeds"),
+    ("random", "RandomSampler", "independent random sampling"),
+    ("tpe", "TPESampler", "tree-structured Parzen estimator"),
+    ("cmaes", "CmaEsSampler", "CMA-ES on the continuous and integer dimensions"),
+    ("qmc", "QMCSampler", "scrambled Sobol quasi-random sampling"),
+]:
+    SAMPLERS.register(_name, optuna_class=_cls, doc=_doc)(_cls)
+
+_PRUNER_DEFAULTS = {"percentile": {"percentile": 25.0}}
+
+
+def _pruner_kwargs(name: str, options: dict) -> dict:
+    return {**_PRUNER_DEFAULTS.get(name, {}), **(options or {})}
+
+
+def check_pruner(name: str, options: dict) -> str | None:
+    """A message if the pruner name or its options are wrong, else None."""
+    if name not in PRUNERS:
+        return PRUNERS.unknown(name)
+    import optuna
+
+    cls = getattr(optuna.pruners, PRUNERS.get(name))
+    allowed = [p for p in inspect.signature(cls).parameters]
+    for k in options or {}:
+        if k not in allowed:
+            return f"{name} pruner has no option {k!r}" + (did_you_mean(k, allowed) if allowed else "; it takes none")
+    try:
+        make_pruner(name, options)
+    except (TypeError, ValueError) as e:
+        return f"{name} pruner: {e}"
+    return None
+
+
+def make_pruner(name: str, options: dict | None = None):
+    import optuna
+
+    cls = getattr(optuna.pruners, PRUNERS.get(name))
+    return cls(**_pruner_kwargs(name, options or {}))
+
+
+def make_sampler(name: str, seed: int):
+    import optuna
+
+    cls = getattr(optuna.samplers, SAMPLERS.get(name))
+    if name == "cmaes":
+        return cls(seed=seed, warn_independent_sampling=False)
+    if name == "qmc":
+        return cls(seed=seed, scramble=True, warn_independent_sampling=False, warn_asynchronous_seeding=False)
+    if name == "tpe":
+        return cls(seed=seed, multivariate=True, warn_independent_sampling=False)
+    return cls(seed=seed)
+
+
+def objective_direction(spec) -> str:
+    d = spec.search.direction
+    return metrics.direction(spec.search.objective) if d == "auto" else d
+
+
+def create_study(spec, storage: str, study_name: str | None = None, *, load_if_exists: bool = True):
+    """The experiment's study: its sampler, pruner and storage."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=study_name or spec.name,
+        storage=make_storage(storage),
+        sampler=make_sampler(spec.search.sampler, spec.search.seed),
+        pruner=make_pruner(spec.search.pruner.name, spec.search.pruner.options),
+        direction=objective_direction(spec),
+        load_if_exists=load_if_exists,
+    )
+
+
+def make_storage(url: str) -> Any:
+    """An Optuna storage from a URL; `journal:///path` selects the journal file backend."""
+    import optuna
+
+    if url.startswith("journal://"):
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal://"):]))
+    if url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+    return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)

@@ -1,0 +1,215 @@
+"""Experiment files: YAML -> a validated, frozen `Spec` (SPEC section 1).
+
+    >>> from nas_stab.spec import loads_spec
+    >>> spec = loads_spec("name: demo\\ntask: {dataset: {name: digits}}\\nmodel: {arch: mlp}")
+    >>> spec.model.arch, spec.train.lr
+    ('mlp', 0.1)
+
+Everything is checked once, here: unknown keys (with the nearest valid key),
+types, ranges, and the cross-field rules of `rules.py`. Errors are
+`SpecError`s naming the file, line and dotted key.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from nas_stab.errors import SpecError
+from nas_stab.space import Space, parse_space
+from nas_stab.spec import schema
+from nas_stab.spec.build import Ctx, build, did_you_mean, public_fields
+from nas_stab.spec.yamlio import load_yaml, read_text
+
+__all__ = ["Spec", "load_spec", "loads_spec", "get_key", "check_key", "resolve", "spec_hash", "SEARCHABLE"]
+
+Spec = schema.Spec
+SEARCHABLE = ("task", "model", "train", "stability")
+
+
+def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
+    """Load and validate an experiment file, applying `--set key=value` overrides."""
+    return loads_spec(read_text(path), file=str(path), overrides=overrides)
+
+
+def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = ()) -> Spec:
+    data, lines = load_yaml(text, file)
+    if data is None:
+        raise SpecError("empty file; an experiment needs at least name, task and model", file=file, line=1)
+    if not isinstance(data, dict):
+        raise SpecError(f"the top level must be a mapping of sections, got {type(data).__name__}", file=file, line=1)
+    override_paths: dict[tuple, str] = {}
+    for text_ in overrides:
+        path, value = _parse_override(text_)
+        _set_path(data, path, value, text_)
+        if path[0] == "space" and len(path) > 2:
+            path = ("space", ".".join(path[1:]))
+        override_paths[path] = text_
+    return from_data(data, Ctx(file, lines, override_paths))
+
+
+def from_data(data: dict, ctx: Ctx) -> Spec:
+    """Validate plain data (already parsed) into a `Spec`."""
+    data = copy.deepcopy(data)
+    for key in schema.REQUIRED_TOP:
+        if key not in data:
+            raise ctx.error((), f"missing required key {key!r}")
+    _normalize(data, ctx)
+    spec = build(schema.Spec, {k: v for k, v in data.items() if k != "space"}, ctx)
+    space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
+    spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
+    from nas_stab.spec.rules import check_spec
+
+    check_spec(spec, ctx)
+    return spec
+
+
+def _normalize(data: dict, ctx: Ctx) -> None:
+    """Shorthand forms -> canonical ones, before the typed build."""
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= 10_000:
+            raise ctx.error(("seeds",), f"a seed count must be between 1 and 10000, got {seeds}")
+        seeds = list(range(seeds))
+    if not isinstance(seeds, list) or not seeds:
+        raise ctx.error(("seeds",), f"must be a count n or a non-empty list of integers, got {seeds!r}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ctx.error(("seeds",), f"seeds must be integers >= 0, got {s!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ctx.error(("seeds",), "seeds must be distinct")
+    data["seeds"] = seeds
+    search = data.get("search")
+    if isinstance(search, dict) and "pruner" in search:
+        p = search["pruner"]
+        if p is None:
+            p = "none"
+        if isinstance(p, dict):
+            if len(p) != 1:
+                raise ctx.error(("search", "pruner"), "a pruner mapping has one key, the pruner name: {median: {n_warmup_steps: 5}}")
+            (name, opts), = p.items()
+            if opts is not None and not isinstance(opts, dict):
+                raise ctx.error(("search", "pruner", name), f"pruner options must be a mapping, got {opts!r}")
+            search["pruner"] = {"name": name, "options": opts or {}}
+        elif isinstance(p, str):
+            search["pruner"] = {"name": p, "options": {}}
+        else:
+            raise ctx.error(("search", "pruner"), f"must be a pruner name or {{name: {{options}}}}, got {p!r}")
+
+
+def _parse_override(text: str) -> tuple[tuple, Any]:
+    if "=" not in text:
+        raise SpecError("expected key=value", file=f"--set {text}")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise SpecError(f"bad key {key!r}", file=f"--set {text}")
+    parsed, _ = load_yaml(value, file=f"--set {text}") if value.strip() else (None, {})
+    if value.strip() == "":
+        parsed = ""
+    return tuple(key.split(".")), parsed
+
+
+def _set_path(data: dict, path: tuple, value: Any, text: str) -> None:
+    if path[0] == "space" and len(path) > 2:
+        # space keys are dotted themselves: --set space.train.lr=[0.1,0.2]
+        node = data.setdefault("space", {}) or {}
+        data["space"] = node
+        node[".".join(path[1:])] = value
+        return
+    node = data
+    for i, part in enumerate(path[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise SpecError(f"{'.'.join(path[: i + 1])} is not a mapping", file=f"--set {text}")
+        node = nxt
+    node[path[-1]] = value
+
+
+# ---------------------------------------------------------------- dotted keys
+
+
+def _section_cls(name: str):
+    return {f.name: f.type for f in public_fields(schema.Spec)}.get(name)
+
+
+def check_key(spec: Spec, dotted: str) -> str | None:
+    """None if `dotted` names a searchable leaf of the configuration, else a message."""
+    if not isinstance(dotted, str):
+        return f"keys are dotted strings, got {dotted!r}"
+    parts = dotted.split(".")
+    if parts[0] not in SEARCHABLE:
+        return f"unknown key {dotted!r}: searchable keys start with one of {', '.join(SEARCHABLE)}" + (
+            did_you_mean(parts[0], SEARCHABLE) if parts[0] not in ("name", "seeds", "search", "runner", "leaderboard", "space") else ""
+        )
+    obj: Any = spec
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(obj):
+            return f"unknown key {dotted!r}: {'.'.join(parts[:i])} has no sub-keys"
+        names = [f.name for f in public_fields(type(obj))]
+        if part not in names:
+            return f"unknown key {dotted!r}" + did_you_mean(part, names)
+        obj = getattr(obj, part)
+    if dataclasses.is_dataclass(obj):
+        return f"{dotted!r} is a section; name one of its keys"
+    return None
+
+
+def get_key(spec: Spec, dotted: str) -> Any:
+    obj: Any = spec
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve(spec: Spec, params: dict[str, Any]) -> Spec:
+    """The spec with searched values substituted, validated again (cross-field rules too)."""
+    if not params:
+        return spec
+    data = copy.deepcopy(spec.raw)
+    data.pop("space", None)
+    for key, value in params.items():
+        _set_path(data, tuple(key.split(".")), value, key)
+    ctx = Ctx(spec.source, {}, {})
+    out = build(schema.Spec, data, ctx)
+    out = dataclasses.replace(out, space=Space(), source=spec.source, raw=data)
+    from nas_stab.spec.rules import check_config
+
+    check_config(out, ctx)
+    return out
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclasses -> dicts and tuples -> lists, for YAML/JSON output."""
+    if isinstance(obj, Space):
+        return [dataclasses.asdict(d) for d in obj.dims]
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in public_fields(type(obj))}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def spec_hash(spec: Spec) -> str:
+    """Hash of everything that decides results (not the description)."""
+    plain = to_plain(spec)
+    plain.pop("description", None)
+    plain.pop("runner", None)  # where trials run does not change their results
+    plain.pop("leaderboard", None)  # nor how the table is drawn
+    plain["space"] = spec.raw.get("space") if spec.raw else None
+    blob = json.dumps(plain, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def config_key(spec: Spec, seed: int) -> str:
+    """Identity of one trained run: hash of its resolved configuration and seed."""
+    plain = {k: to_plain(getattr(spec, k)) for k in SEARCHABLE}
+    blob = json.dumps({"config": plain, "seed": seed}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

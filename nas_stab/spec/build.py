@@ -1,0 +1,160 @@
+"""Generic builder: plain YAML data -> frozen dataclasses, with checks.
+
+Reads each field's annotation and metadata (see `schema.py`) and reports the
+first problem as a `SpecError` naming file, line and dotted key; misspelt keys
+and choices name the nearest valid one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import typing
+from typing import Any, Literal, Union
+
+from nas_stab.errors import SpecError
+from nas_stab.spec.yamlio import Lines, line_of
+
+
+class Ctx:
+    """Where we are: the file, the line table and how to name a path."""
+
+    def __init__(self, file: str, lines: Lines, overrides: dict[tuple, str] | None = None):
+        self.file = file
+        self.lines = lines
+        self.overrides = overrides or {}
+
+    def error(self, path: tuple, message: str) -> SpecError:
+        key = ".".join(str(p) for p in path) or None
+        for opath, text in self.overrides.items():
+            if tuple(path[: len(opath)]) == opath:
+                return SpecError(message, file=f"--set {text}", key=key)
+        return SpecError(message, file=self.file, line=line_of(self.lines, path), key=key)
+
+
+def nearest(word: str, choices: typing.Iterable[str]) -> str | None:
+    m = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
+    return m[0] if m else None
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
+    choices = list(choices)
+    n = nearest(word, choices)
+    if n:
+        return f"; did you mean {n!r}?"
+    return "; valid: " + ", ".join(map(str, choices))
+
+
+def public_fields(cls) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+
+
+def type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return "any value"
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
+    if origin is Union:
+        return " or ".join(type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin is tuple:
+        return f"a list of {type_name(typing.get_args(tp)[0])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def build(cls, data: Any, ctx: Ctx, path: tuple = ()) -> Any:
+    """Build dataclass `cls` from a mapping (None = all defaults)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ctx.error(path, f"expected a mapping, got {type(data).__name__} {data!r}")
+    fields = {f.name: f for f in public_fields(cls)}
+    for key in data:
+        if key not in fields:
+            raise ctx.error(path + (key,), "unknown key" + did_you_mean(key, fields))
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, f in fields.items():
+        p = path + (name,)
+        if name in data:
+            kwargs[name] = convert(hints[name], data[name], ctx, p, f.metadata)
+        elif dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = build(hints[name], None, ctx, p)
+    return cls(**kwargs)
+
+
+def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: dict | None = None) -> Any:
+    """Check `value` against type `tp` and the field metadata; return it normalized."""
+    meta = meta or {}
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, ctx, path)
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            if type(None) in typing.get_args(tp):
+                return None
+            raise ctx.error(path, f"must be {type_name(tp)}, not null")
+        errors = []
+        for a in args:
+            try:
+                return convert(a, value, ctx, path, meta)
+            except SpecError as e:
+                errors.append(e)
+        if len(args) == 1 or any("must be" not in e.message for e in errors):
+            raise next((e for e in errors if "must be" not in e.message), errors[0])
+        raise ctx.error(path, f"must be {type_name(tp)}, got {value!r}")
+    if tp is Any:
+        out = value
+    elif origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or isinstance(value, bool):
+            raise ctx.error(path, f"invalid value {value!r}" + did_you_mean(value, choices))
+        out = value
+    elif origin is tuple:
+        (item_tp, *_rest) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ctx.error(path, f"must be {type_name(tp)}, got {value!r}")
+        out = tuple(convert(item_tp, v, ctx, path + (i,)) for i, v in enumerate(value))
+    elif tp is bool:
+        if not isinstance(value, bool):
+            raise ctx.error(path, f"must be true or false, got {value!r}")
+        out = value
+    elif tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+                value = int(value)
+            else:
+                raise ctx.error(path, f"must be an integer, got {value!r}")
+        out = value
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ctx.error(path, f"must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ctx.error(path, f"must be a finite number, got {value!r}")
+        out = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            raise ctx.error(path, f"must be a string, got {value!r}")
+        out = value
+    else:  # pragma: no cover - schema bug
+        raise TypeError(f"unsupported schema type {tp}")
+    _check_range(out, meta, ctx, path)
+    return out
+
+
+def _check_range(value: Any, meta: dict, ctx: Ctx, path: tuple) -> None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for op, test, word in (
+            ("ge", lambda v, b: v >= b, ">="),
+            ("gt", lambda v, b: v > b, ">"),
+            ("le", lambda v, b: v <= b, "<="),
+            ("lt", lambda v, b: v < b, "<"),
+        ):
+            if op in meta and not test(value, meta[op]):
+                raise ctx.error(path, f"must be {word} {meta[op]}, got {value!r}")
+    if "pattern" in meta and isinstance(value, str) and not re.fullmatch(meta["pattern"], value):
+        raise ctx.error(path, f"{value!r} must match {meta['pattern']}")

@@ -1,0 +1,134 @@
+"""Cross-field rules, checked once at load (and on every grid point).
+
+`check_config` holds the rules of one trainable configuration; `check_spec`
+those of the whole experiment (search, runner, leaderboard, space). Support of
+a knob by an architecture or dataset is asked of their registries, so a knob
+that does not work yet fails here with "not supported yet", never silently.
+"""
+from __future__ import annotations
+
+import math
+
+from nas_stab import metrics
+from nas_stab.errors import SpecError
+from nas_stab.spec.build import Ctx, did_you_mean
+from nas_stab.spec.knobs import parse_aggregation, parse_tau
+
+GRID_CHECK_LIMIT = 20_000
+
+
+def check_config(spec, ctx: Ctx) -> None:
+    """Rules of one configuration (task, model, train, stability)."""
+    t, m = spec.train, spec.model
+    if t.steps is not None and t.epochs is not None:
+        raise ctx.error(("train", "epochs"), "give exactly one of train.steps and train.epochs, not both")
+    try:
+        parse_tau(m.tau)
+    except ValueError as e:
+        raise ctx.error(("model", "tau"), str(e)) from None
+    try:
+        parse_aggregation(m.aggregation)
+    except ValueError as e:
+        raise ctx.error(("model", "aggregation"), str(e)) from None
+    if m.skip == "rskip_ln" and (not float(m.skip_lambda).is_integer() or m.skip_lambda < 1):
+        raise ctx.error(("model", "skip_lambda"), f"rskip_ln needs an integer skip_lambda >= 1, got {m.skip_lambda!r}")
+    if not math.isfinite(m.skip_lambda) or m.skip_lambda <= 0:
+        raise ctx.error(("model", "skip_lambda"), f"must be > 0, got {m.skip_lambda!r}")
+    if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
+        raise ctx.error(("train", "betas"), f"needs two numbers in [0, 1), got {list(t.betas)}")
+    if t.warmup_steps and t.steps is not None and t.warmup_steps > t.steps:
+        raise ctx.error(("train", "warmup_steps"), f"{t.warmup_steps} warmup steps exceed the {t.steps} training steps")
+    dev = t.device
+    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise ctx.error(("train", "device"), f"must be auto, cpu, cuda or cuda:N, got {dev!r}")
+
+    from nas_stab.data import check_dataset
+    from nas_stab.models import check_model
+
+    problem = check_dataset(spec)
+    if problem:
+        key, msg = problem
+        raise ctx.error(key, msg)
+    problem = check_model(spec)
+    if problem:
+        key, msg = problem
+        raise ctx.error(key, msg)
+    task_metrics = metrics.TASK_METRICS[spec.task.kind]
+    if spec.search.objective in metrics.TASK_METRICS["classification"] + metrics.TASK_METRICS["translation"]:
+        if spec.search.objective not in task_metrics:
+            raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
+
+
+def check_spec(spec, ctx: Ctx) -> None:
+    """Rules of the whole experiment; also checks every grid point's configuration."""
+    s = spec.search
+    if s.objective not in metrics.OBJECTIVES:
+        raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
+    if s.sampler == "grid":
+        for d in spec.space:
+            if not d.discrete:
+                raise ctx.error(("space", d.key), f"the grid sampler needs discrete dimensions; {d.kind} is continuous (use values, grid, log_grid or int)")
+    elif s.trials is None:
+        raise ctx.error(("search", "trials"), f"the {s.sampler} sampler needs search.trials")
+    if s.sampler != "grid" and not spec.space.dims:
+        raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
+
+    from nas_stab.search.optuna_study import check_pruner
+
+    msg = check_pruner(s.pruner.name, s.pruner.options or {})
+    if msg:
+        raise ctx.error(("search", "pruner"), msg)
+
+    r = spec.runner
+    res = r.resources if r.resources is not None else {}
+    if not isinstance(res, dict):
+        raise ctx.error(("runner", "resources"), f"must be a mapping like {{cpu: 1, gpu: 0}}, got {res!r}")
+    for k, v in res.items():
+        if k not in ("cpu", "gpu"):
+            raise ctx.error(("runner", "resources", k), "unknown resource" + did_you_mean(k, ("cpu", "gpu")))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not math.isfinite(v):
+            raise ctx.error(("runner", "resources", k), f"must be a number >= 0, got {v!r}")
+    if r.address is not None and r.kind != "ray":
+        raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
+
+    from nas_stab.spec import check_key
+
+    lb = spec.leaderboard
+    for path, key in [(("leaderboard", "lr"), lb.lr), (("leaderboard", "transfer"), lb.transfer)] + [
+        (("leaderboard", "compare", i), k) for i, k in enumerate(lb.compare)
+    ]:
+        if key is None:
+            continue
+        problem = check_key(spec, key)
+        if problem:
+            raise ctx.error(path, problem)
+    if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
+        raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
+
+    check_config(spec, ctx)
+    # every searched value must make a valid configuration
+    _check_space_values(spec, ctx)
+
+
+def _check_space_values(spec, ctx: Ctx) -> None:
+    from nas_stab.spec import get_key, resolve
+
+    base = lambda k: get_key(spec, k)  # noqa: E731
+    if spec.space.discrete and spec.space.dims:
+        points = spec.space.grid(base)
+        if len(points) > GRID_CHECK_LIMIT:
+            raise ctx.error(("space",), f"the grid has {len(points)} points per seed; the limit is {GRID_CHECK_LIMIT}")
+    else:
+        # continuous: check each dimension's ends and each discrete value alone
+        points = []
+        for d in spec.space:
+            vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
+            points += [{d.key: v} for v in vals]
+    for params in points:
+        try:
+            resolve(spec, params)
+        except SpecError as e:
+            culprit = next((k for k in params if e.key and (e.key == k or e.key.startswith(k + "."))), None)
+            culprit = culprit or next(iter(params))
+            combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
+            raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {e.key + ': ' if e.key else ''}{e.message}") from None

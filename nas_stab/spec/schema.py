@@ -1,0 +1,199 @@
+"""The experiment schema (SPEC section 1) as frozen, typed dataclasses.
+
+Every YAML key is a field here; its type annotation, default and metadata
+(`ge`, `gt`, `le`, `lt`, `check`, `doc`) are all the validator needs. To add a
+knob: add a field to the right section, then use it where it is built.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+Number = Union[int, float]
+
+
+def _f(default: Any = None, doc: str = "", **meta: Any) -> Any:
+    """A dataclass field with validation metadata."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("use a tuple or None for container defaults")
+    return field(default=default, metadata={"doc": doc, **meta})
+
+
+# ---------------------------------------------------------------- task
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str = _f("digits", "dataset name (nas-stab list)")
+    root: str = _f("../shared/data", "where the files are; '~' and relative paths allowed")
+    train: Optional[int] = _f(None, "training subset size (deterministic)", ge=1)
+    val: Optional[int] = _f(None, "validation subset size (carved from the training split when there is none)", ge=1)
+    test: Optional[int] = _f(None, "test subset size", ge=1)
+    download: bool = _f(False, "download through torchvision when files are missing")
+    split_seed: int = _f(0, "seed of the subset and train/val/test split (the same data for every trial)", ge=0)
+    # synthetic classification
+    classes: int = _f(10, "synthetic: number of classes", ge=2, le=10_000)
+    shape: tuple[int, ...] = _f((1, 8, 8), "synthetic: input shape (C, H, W) or (D,)")
+    size: int = _f(2000, "synthetic: number of samples", ge=10, le=10_000_000)
+    noise: float = _f(0.5, "synthetic: noise level", ge=0)
+    augment: bool = _f(True, "random crop + flip on whole batches (image datasets of 32x32)")
+    # translation
+    src: str = _f("de", "translation: source language suffix")
+    tgt: str = _f("en", "translation: target language suffix")
+    train_src: Optional[str] = _f(None, "text_pairs: path of the training source file")
+    train_tgt: Optional[str] = _f(None, "text_pairs: path of the training target file")
+    val_src: Optional[str] = _f(None, "text_pairs: validation source")
+    val_tgt: Optional[str] = _f(None, "text_pairs: validation target")
+    test_src: Optional[str] = _f(None, "text_pairs: test source")
+    test_tgt: Optional[str] = _f(None, "text_pairs: test target")
+    vocab_size: int = _f(8000, "translation: subword vocabulary size", ge=16, le=1_000_000)
+    max_len: int = _f(64, "translation: longest sentence kept, in subword tokens", ge=4, le=4096)
+    cache: Optional[str] = _f(None, "cache directory (default ~/.cache/nas_stab or $NAS_STAB_CACHE)")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    kind: Literal["classification", "translation"] = _f("classification")
+    dataset: DatasetConfig = _f(None)
+    beam: int = _f(1, "translation: beam size for decoding (1 = greedy)", ge=1, le=64)
+    max_decode_len: int = _f(64, "translation: longest decoded output in tokens, beyond the source length", ge=1)
+
+
+# ---------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = _f("mlp_resnet", "architecture (nas-stab list)")
+    depth: int = _f(4, "layers (mlp), residual blocks (mlp_resnet), 6n+2 (resnet/resnext), conv layers (plainnet)", ge=1, le=10_000)
+    width: int = _f(128, "hidden width (MLPs) or base channels (CNNs)", ge=1, le=65_536)
+    branches: int = _f(1, "C, parallel branches per residual block", ge=1, le=4096)
+    branch_depth: int = _f(1, "b, layers in each residual branch (mlp_resnet)", ge=1, le=16)
+    aggregation: Union[str, float] = _f("sum", "sum | avg | stam | a number: alpha")
+    aggregation_base: Number = _f(1, "C0: alpha = f(C / C0)", gt=0)
+    alpha_scale: Number = _f(1.0, "multiplies alpha", gt=0)
+    tau: Any = _f(1, "residual-branch scale: number, '1/L', '1/sqrt(L)', 'L^-p', or {init: ..., learnable: true}")
+    skip: Literal["plain", "none", "xskip", "xskip_ln", "rskip_ln", "deepnorm"] = _f("plain")
+    skip_lambda: Number = _f(1, "lambda of xskip / xskip_ln / rskip_ln")
+    skip_norm: Literal["ln", "bn"] = _f("ln", "the Norm of xskip_ln / rskip_ln")
+    norm: Literal["none", "bn", "ln", "path_bn"] = _f("none", "normalization inside the residual branches")
+    parametrization: Literal["weight", "path"] = _f("weight")
+    init: Literal["kaiming", "fixup", "zero_last", "deepnorm", "stam_forward", "stam_update"] = _f("kaiming")
+    dropout: float = _f(0.0, ge=0, lt=1)
+    # transformer
+    d_model: int = _f(128, ge=8, le=65_536)
+    heads_per_branch: int = _f(1, ge=1, le=1024)
+    head_dim: Optional[int] = _f(None, "default d_model / (branches * heads_per_branch)", ge=1)
+    ffn_per_branch: int = _f(128, ge=1, le=1_000_000)
+    enc_layers: int = _f(2, ge=1, le=1000)
+    dec_layers: int = _f(2, ge=1, le=1000)
+    head_dropout: float = _f(0.0, ge=0, lt=1)
+    norm_position: Literal["post", "pre"] = _f("post")
+
+
+# ---------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    optimizer: Literal["sgd", "adam", "adamw"] = _f("sgd")
+    lr: float = _f(0.1, "learning rate", gt=0, le=1e6)
+    momentum: float = _f(0.9, "sgd momentum", ge=0, lt=1)
+    nesterov: bool = _f(False)
+    weight_decay: float = _f(0.0, ge=0)
+    betas: tuple[float, ...] = _f((0.9, 0.999), "adam/adamw betas")
+    eps: float = _f(1e-8, gt=0)
+    batch_size: int = _f(128, ge=1, le=1_000_000)
+    max_tokens: Optional[int] = _f(None, "translation: token budget per batch (overrides batch_size)", ge=16)
+    steps: Optional[int] = _f(None, "optimizer steps (exactly one of steps / epochs)", ge=1)
+    epochs: Optional[float] = _f(None, "passes over the training set", gt=0)
+    schedule: Literal["constant", "cosine", "step", "inverse_sqrt", "linear"] = _f("constant")
+    warmup_steps: int = _f(0, ge=0)
+    step_every: Optional[int] = _f(None, "step schedule: steps between decays (default a third of training)", ge=1)
+    step_gamma: float = _f(0.1, "step schedule: decay factor", gt=0, le=1)
+    final_lr_frac: float = _f(0.0, "cosine/linear: final lr as a fraction of lr", ge=0, le=1)
+    grad_clip: Optional[float] = _f(None, "clip the global gradient norm", gt=0)
+    scalar_lr_mult: float = _f(0.1, "lr multiplier of scalar parameters (learnable tau, Fixup biases)", gt=0)
+    label_smoothing: float = _f(0.0, ge=0, lt=1)
+    eval_every: Optional[int] = _f(None, "steps between validation evaluations (default: 10 per run)", ge=1)
+    eval_batch: int = _f(1024, ge=1)
+    device: str = _f("auto", "auto | cpu | cuda | cuda:N")
+    threads: Optional[int] = _f(None, "torch threads per trial (default: cpus / concurrency)", ge=1, le=1024)
+
+
+# ---------------------------------------------------------------- stability
+
+
+@dataclass(frozen=True)
+class DivergenceConfig:
+    loss_factor: float = _f(10.0, "diverged when loss > factor x initial loss", gt=1)
+
+
+@dataclass(frozen=True)
+class StabilityConfig:
+    every: int = _f(50, "steps between stability snapshots (0 = only at init and end)", ge=0)
+    probe_batch: int = _f(256, ge=1, le=1_000_000)
+    hessian: bool = _f(True, "top Hessian eigenvalue at init and end")
+    hessian_iters: int = _f(20, "power-iteration steps at most", ge=1, le=1000)
+    hessian_tol: float = _f(1e-3, "relative tolerance of the power iteration", gt=0, lt=1)
+    divergence: DivergenceConfig = _f(None)
+
+
+# ---------------------------------------------------------------- search
+
+
+@dataclass(frozen=True)
+class PrunerConfig:
+    name: str = _f("none")
+    options: Any = _f(None, "keyword arguments of the Optuna pruner, plus n_warmup_steps etc.")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    sampler: Literal["grid", "random", "tpe", "cmaes", "qmc"] = _f("grid")
+    trials: Optional[int] = _f(None, "required unless sampler is grid", ge=1, le=10_000_000)
+    objective: str = _f("val_acc", "a metric name of SPEC 4")
+    direction: Literal["auto", "maximize", "minimize"] = _f("auto", "auto: from the metric")
+    pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold, or {name: {options}}")
+    storage: Optional[str] = _f(None, "Optuna storage URL; default sqlite:///<run dir>/study.db")
+    seed: int = _f(0, "sampler seed", ge=0)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    kind: Literal["local", "ray"] = _f("local")
+    address: Optional[str] = _f(None, "ray: null starts a local Ray; 'auto' or 'ray://host:port' joins")
+    resources: Any = _f(None, "per trial: {cpu: 1, gpu: 0}")
+    concurrency: int = _f(1, "trials at once", ge=1, le=100_000)
+    max_failures: int = _f(1, "retries of a trial whose worker died", ge=0, le=1000)
+    checkpoint_every: int = _f(0, "steps between trial checkpoints (ray; 0 = none)", ge=0)
+
+
+@dataclass(frozen=True)
+class LeaderboardConfig:
+    lr: str = _f("train.lr", "the learning-rate key")
+    transfer: Optional[str] = _f(None, "the size axis across which one lr should transfer")
+    compare: tuple[str, ...] = _f((), "keys whose values label the rows")
+    metric: Optional[str] = _f(None, "default: search.objective")
+    reference: Any = _f(None, "s_ref; default the smallest size")
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str = _f(None, "names the run directory", pattern=r"[a-z0-9][a-z0-9_-]*")
+    description: str = _f("")
+    seeds: tuple[int, ...] = _f((0,), "a list, or a count n meaning [0..n-1]")
+    task: TaskConfig = _f(None)
+    model: ModelConfig = _f(None)
+    train: TrainConfig = _f(None)
+    stability: StabilityConfig = _f(None)
+    space: Any = _f(None, "dotted key -> values or a distribution")
+    search: SearchConfig = _f(None)
+    runner: RunnerConfig = _f(None)
+    leaderboard: LeaderboardConfig = _f(None)
+    # filled in by the loader, never from YAML
+    source: str = field(default="<string>", compare=False, metadata={"internal": True})
+    raw: Any = field(default=None, compare=False, repr=False, metadata={"internal": True})
+
+
+REQUIRED_TOP = ("name", "task", "model")
