@@ -35,8 +35,10 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
     return loads_spec(read_text(path), file=str(path), overrides=overrides)
 
 
-def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = ()) -> Spec:
+def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (), *, run_file: bool = False) -> Spec:
     data, lines = load_yaml(text, file)
+    if run_file and isinstance(data, dict):
+        data.pop("meta", None)  # provenance that the run directory's spec.yaml carries
     if data is None:
         raise SpecError("empty file; an experiment needs at least name, task and model", file=file, line=1)
     if not isinstance(data, dict):
@@ -87,7 +89,9 @@ def _normalize(data: dict, ctx: Ctx) -> None:
         p = search["pruner"]
         if p is None:
             p = "none"
-        if isinstance(p, dict):
+        if isinstance(p, dict) and set(p) == {"name", "options"}:
+            pass  # canonical form, as written into a run's spec.yaml
+        elif isinstance(p, dict):
             if len(p) != 1:
                 raise ctx.error(("search", "pruner"), "a pruner mapping has one key, the pruner name: {median: {n_warmup_steps: 5}}")
             (name, opts), = p.items()
@@ -213,3 +217,13 @@ def config_key(spec: Spec, seed: int) -> str:
     plain = {k: to_plain(getattr(spec, k)) for k in SEARCHABLE}
     blob = json.dumps({"config": plain, "seed": seed}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_run_spec(run_dir: str | Path) -> Spec:
+    """The spec stored in a run directory's spec.yaml."""
+    p = Path(run_dir) / "spec.yaml"
+    if not p.exists():
+        from nas_stab.errors import RunError
+
+        raise RunError(f"{run_dir} is not a run directory: {p} not found")
+    return loads_spec(read_text(p), file=str(p), run_file=True)

@@ -1,0 +1,205 @@
+"""The `nas-stab` command line (SPEC 2). Thin: parse, call the library, print.
+
+Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries
+(torch, Optuna, Ray) are imported inside the commands, so `--help` is fast.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nas_stab import __version__
+from nas_stab.errors import NasStabError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except NasStabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nas-stab", description="Stability-aware neural architecture search, from YAML to leaderboards.")
+    p.add_argument("--version", action="version", version=f"nas_stab {__version__}")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, trial count and cost estimate")
+    v.add_argument("spec")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
+    v.add_argument("--no-timing", action="store_true", help="skip the few timed training steps of the cost estimate")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("run", help="run an experiment (resumes if it was interrupted)")
+    r.add_argument("spec")
+    r.add_argument("--out", default="runs", help="output root; the run goes to OUT/<name>/ (default: runs)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
+    r.add_argument("--runner", choices=["local", "ray"], help="override runner.kind")
+    r.add_argument("--address", help="Ray cluster address (with --runner ray)")
+    r.add_argument("--trials", type=int, help="override search.trials (grid: run only the first N runs)")
+    r.add_argument("--fresh", action="store_true", help="move an existing run of this name aside and start over")
+    r.set_defaults(func=cmd_run)
+
+    pr = sub.add_parser("probe", help="stability metrics at init (and after K steps) for every configuration, as a table and plots")
+    pr.add_argument("spec")
+    pr.add_argument("--steps", type=int, default=0, help="train K steps on the fixed probe batch before measuring again")
+    pr.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>/probe.* and plots/")
+    pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    pr.set_defaults(func=cmd_probe)
+
+    lb = sub.add_parser("leaderboard", help="build the LR-transfer leaderboard from one or more runs")
+    lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    lb.add_argument("--format", default="md", help="comma-separated: md,csv,tex,html (default: md)")
+    lb.add_argument("--out", help="output directory (default: the run directory)")
+    lb.set_defaults(func=cmd_leaderboard)
+
+    st = sub.add_parser("status", help="trials by status, best so far, time used and left")
+    st.add_argument("run_dir")
+    st.set_defaults(func=cmd_status)
+
+    ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
+    ls.set_defaults(func=cmd_list)
+    return p
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _load(args):
+    from nas_stab.spec import load_spec
+
+    overrides = list(args.set)
+    if getattr(args, "runner", None):
+        overrides.append(f"runner.kind={args.runner}")
+    if getattr(args, "address", None):
+        overrides.append(f"runner.address={args.address}")
+    return load_spec(args.spec, overrides)
+
+
+def cmd_validate(args) -> int:
+    import yaml
+
+    from nas_stab.search.plan import base_lookup
+    from nas_stab.spec import to_plain
+
+    spec = _load(args)
+    plain = to_plain(spec)
+    plain["space"] = spec.raw.get("space")
+    print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
+    print("---")
+    n_seeds = len(spec.seeds)
+    if spec.search.sampler == "grid":
+        points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
+        runs = points * n_seeds
+        print(f"trials: {points} configurations x {n_seeds} seed(s) = {runs} runs (grid)")
+    else:
+        runs = spec.search.trials * n_seeds
+        print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")
+    from nas_stab.estimate import estimate_cost
+
+    print(estimate_cost(spec, runs, timed=not args.no_timing))
+    print(f"ok: {args.spec} is valid")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from nas_stab.results.rundir import RunDir
+
+    spec = _load(args)
+    with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
+        rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
+        print(f"run directory: {rd.path}", file=sys.stderr)
+        if spec.runner.kind == "ray":
+            from nas_stab.search.ray_runner import run_ray
+
+            counts = run_ray(spec, rd, trials=args.trials)
+        else:
+            from nas_stab.search.local import run_local
+
+            counts = run_local(spec, rd, trials=args.trials)
+        rd.log(f"finished: {counts}")
+        _write_leaderboard(rd)
+    return 1 if counts.get("failed") else 0
+
+
+def _write_leaderboard(rd) -> None:
+    from nas_stab.results.leaderboard import build_leaderboard, leaderboard_markdown
+
+    build_leaderboard([rd.path], formats=("md",))
+    print(leaderboard_markdown(rd.path))
+
+
+def cmd_probe(args) -> int:
+    from nas_stab.stability.probe_cmd import run_probe
+
+    spec = _load(args)
+    return run_probe(spec, steps=args.steps, out_root=Path(args.out)) or 0
+
+
+def cmd_leaderboard(args) -> int:
+    from nas_stab.errors import SpecError
+    from nas_stab.results.leaderboard import build_leaderboard
+
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]
+    if bad or not formats:
+        raise SpecError(f"unknown format {bad[0] if bad else '(none)'!r}; choose from md, csv, tex, html", key="--format")
+    paths = build_leaderboard([Path(d) for d in args.run_dirs], formats=formats, out_dir=Path(args.out) if args.out else None)
+    for kind, p in paths.items():
+        print(f"{kind}: {p}")
+    md = paths.get("md")
+    if md:
+        print()
+        print(Path(md).read_text(encoding="utf-8"))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from nas_stab.results.status import status_text
+
+    print(status_text(Path(args.run_dir)))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from nas_stab.data import DATASETS
+    from nas_stab.models import ARCHS
+    from nas_stab.search.optuna_study import PRUNERS, SAMPLERS
+    from nas_stab.spec import schema
+
+    def section(title, reg):
+        print(f"{title}:")
+        for name, e in reg.items():
+            extra = f" [{e.info['task']}]" if "task" in e.info else ""
+            print(f"  {name:<22}{extra} {e.info.get('doc', '')}")
+
+    section("architectures", ARCHS)
+    section("datasets", DATASETS)
+    section("samplers", SAMPLERS)
+    section("pruners", PRUNERS)
+    print("knobs (model.*):")
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema.ModelConfig)
+    for f in dataclasses.fields(schema.ModelConfig):
+        tp = hints[f.name]
+        choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else ()
+        vals = " | ".join(choices) if choices else f"default {f.default!r}"
+        doc = f.metadata.get("doc", "")
+        print(f"  {f.name:<18} {vals}{'  -- ' + doc if doc else ''}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""The run directory (SPEC 3): one writer, atomic files, resumable.
+
+    runs/<name>/
+      spec.yaml      resolved spec + meta (spec_hash, nas_stab version, git commit, ...)
+      study.db       Optuna storage (SQLite) unless the spec names another
+      trials.csv     one row per trained run (trial x seed)
+      history/       <run_id>.csv per run: step, train_loss, lr, stability metrics
+      leaderboard.md
+      plots/
+      log.txt
+
+The driver holds an exclusive lock on log.txt while it runs, so a second
+`nas-stab run` of the same experiment refuses with a clear message instead of
+racing the first.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import fcntl
+import io
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from nas_stab import __version__, metrics
+from nas_stab.errors import RunError
+
+TRIALS_CSV = "trials.csv"
+FIXED_HEAD = ["trial", "seed", "status", "objective"]
+FIXED_TAIL = ["max_update_ratio", "steps", "wall_s", "diverged_step", "error", "run_id", "key", "optuna_trial"]
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write then rename: a reader never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress():
+            os.unlink(tmp)
+        raise
+
+
+class _suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return True
+
+
+def git_commit() -> str:
+    """The commit of the nas_stab source tree ('+dirty' with local changes), or 'unknown'."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip()[:12] + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def hardware() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    except Exception:  # pragma: no cover
+        pass
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores (CPU)"
+
+
+def meta_for(spec) -> dict:
+    import torch
+
+    from nas_stab.spec import spec_hash
+
+    return {
+        "spec_hash": spec_hash(spec),
+        "nas_stab_version": __version__,
+        "git_commit": git_commit(),
+        "torch_version": str(torch.__version__),
+        "python": platform.python_version(),
+        "hardware": hardware(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": spec.source,
+    }
+
+
+class RunDir:
+    """An experiment's run directory, opened for writing by one driver."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = None
+
+    # -- opening ---------------------------------------------------------------
+    @classmethod
+    def open(cls, out_root: str | Path, spec, *, fresh: bool = False) -> "RunDir":
+        """Create or reopen `out_root/<spec.name>`; refuse a changed spec unless `fresh`.
+
+        With `fresh`, an existing directory is moved aside to
+        `<name>.old-<timestamp>` (never deleted: nothing a user ran is lost).
+        """
+        root = Path(os.path.expanduser(str(out_root))).resolve()
+        path = (root / spec.name).resolve()
+        if path.parent != root:  # the name pattern forbids this; belt and braces
+            raise RunError(f"run name {spec.name!r} would escape the output directory {root}")
+        from nas_stab.spec import spec_hash
+
+        h = spec_hash(spec)
+        rd = cls(path)
+        if path.exists() and fresh:
+            rd._acquire()  # do not move a directory another driver is using
+            rd._release()
+            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            aside = path.with_name(f"{path.name}.old-{stamp}")
+            path.rename(aside)
+        path.mkdir(parents=True, exist_ok=True)
+        rd._acquire()
+        old = rd.read_meta()
+        if old is not None and old.get("spec_hash") != h:
+            rd._release()
+            raise RunError(
+                f"{path} holds a run of a different spec (hash {old.get('spec_hash')} vs {h}); "
+                "rerun with --fresh to move the old run aside and start over, or choose another --out"
+            )
+        if old is None:
+            data = rd.spec_plain(spec)
+            data["meta"] = meta_for(spec)
+            atomic_write(path / "spec.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        (path / "history").mkdir(exist_ok=True)
+        return rd
+
+    @staticmethod
+    def spec_plain(spec) -> dict:
+        from nas_stab.spec import to_plain
+
+        data = to_plain(spec)
+        data["space"] = spec.raw.get("space") if spec.raw else None
+        return data
+
+    def _acquire(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        f = open(self.path / "log.txt", "a", encoding="utf-8")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise RunError(f"{self.path} is in use by another nas-stab process (log.txt is locked); wait for it to finish") from None
+        self._lock = f
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def close(self) -> None:
+        self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- files ------------------------------------------------------------------
+    def read_meta(self) -> dict | None:
+        p = self.path / "spec.yaml"
+        if not p.exists():
+            return None
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise RunError(f"{p} is corrupt ({e}); move the directory aside or rerun with --fresh") from None
+        return (data or {}).get("meta") or {}
+
+    def log(self, message: str) -> None:
+        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        if self._lock is not None:
+            self._lock.write(f"{stamp} {message}\n")
+            self._lock.flush()
+
+    @property
+    def storage_url(self) -> str:
+        return f"sqlite:///{self.path / 'study.db'}"
+
+    def read_trials(self) -> list[dict[str, str]]:
+        """Rows of trials.csv; a file cut short by a kill is repaired (its last partial row dropped)."""
+        p = self.path / TRIALS_CSV
+        if not p.exists():
+            return []
+        text = p.read_text(encoding="utf-8", errors="replace")
+        rows = list(csv.DictReader(io.StringIO(text)))
+        good = [r for r in rows if r.get("key") and r.get("status") in metrics.STATUSES]
+        if len(good) != len(rows):
+            self.log(f"trials.csv: dropped {len(rows) - len(good)} malformed row(s)")
+        return good
+
+    def write_trials(self, rows: list[dict[str, Any]], searched: Iterable[str], task_kind: str) -> None:
+        atomic_write(self.path / TRIALS_CSV, trials_csv(rows, searched, task_kind))
+
+    def write_history(self, run_id: str, history: list[dict[str, float]]) -> None:
+        cols: list[str] = ["step", "train_loss", "lr"]
+        for row in history:
+            for k in row:
+                if k not in cols:
+                    cols.append(k)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for row in history:
+            w.writerow({k: _fmt(row.get(k)) for k in cols})
+        atomic_write(self.path / "history" / f"{run_id}.csv", buf.getvalue())
+
+
+def columns(searched: Iterable[str], task_kind: str, extra: Iterable[str] = ()) -> list[str]:
+    """trials.csv columns in SPEC 4 order."""
+    cols = list(FIXED_HEAD) + list(searched) + list(metrics.TASK_METRICS[task_kind])
+    cols += [f"{p}{m}" for p in ("init_", "final_") for m in metrics.STABILITY_METRICS]
+    cols += [c for c in extra if c not in cols and c not in FIXED_TAIL]
+    return cols + FIXED_TAIL
+
+
+def trials_csv(rows: list[dict[str, Any]], searched: Iterable[str], task_kind: str) -> str:
+    searched = list(searched)
+    base = columns(searched, task_kind)
+    extra = sorted({k for r in rows for k in r if k not in base})
+    cols = columns(searched, task_kind, extra)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    order = sorted(rows, key=lambda r: (_int(r.get("trial")), _int(r.get("seed"))))
+    for r in order:
+        w.writerow({k: _fmt(r.get(k)) for k in cols})
+    return buf.getvalue()
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 1 << 62
+
+
+def _fmt(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:.6g}"
+    return v

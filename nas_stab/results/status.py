@@ -1,0 +1,43 @@
+"""`nas-stab status RUN_DIR`: trials by status, best so far, time used and left."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from nas_stab import metrics
+
+
+def status_text(run_dir: Path) -> str:
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.plan import base_lookup
+    from nas_stab.spec import load_run_spec
+
+    spec = load_run_spec(run_dir)
+    rows = RunDir(run_dir).read_trials()
+    counts = {s: 0 for s in metrics.STATUSES}
+    used = 0.0
+    best = None
+    maximize = metrics.direction(spec.search.objective) == "maximize"
+    for r in rows:
+        counts[r["status"]] += 1
+        try:
+            used += float(r.get("wall_s") or 0)
+            v = float(r.get("objective"))
+        except (TypeError, ValueError):
+            continue
+        if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
+            best = (v, r)
+    if spec.search.sampler == "grid":
+        planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
+    else:
+        planned = spec.search.trials * len(spec.seeds)
+    done = len(rows)
+    lines = [f"{spec.name}: {done}/{planned} runs finished"]
+    lines.append("  " + "  ".join(f"{k} {v}" for k, v in counts.items()))
+    if best:
+        v, r = best
+        params = ", ".join(f"{d.key}={r.get(d.key)}" for d in spec.space)
+        lines.append(f"  best {spec.search.objective} {v:.4g}: trial {r['trial']} seed {r['seed']} ({params})")
+    left = (used / done) * max(0, planned - done) if done else float("nan")
+    lines.append(f"  time used {used:.1f} s" + (f", ~{left:.0f} s left" if done and planned > done else ""))
+    return "\n".join(lines)

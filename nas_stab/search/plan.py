@@ -1,0 +1,234 @@
+"""What both runners share: the plan of runs, the Optuna bookkeeping, the records.
+
+A *job* is one trained run (configuration x seed) with a stable key (hash of
+its resolved configuration and seed), so a resumed experiment skips exactly
+the runs that already finished.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from nas_stab import metrics
+from nas_stab.errors import SpecError
+
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Job:
+    trial: int  # grid: the configuration's index; other samplers: the Optuna trial number
+    seed: int
+    params: dict
+    key: str
+    run_id: str
+
+
+def base_lookup(spec):
+    from nas_stab.spec import get_key
+
+    return lambda k: get_key(spec, k)
+
+
+def grid_jobs(spec) -> list[Job]:
+    """Every (grid point, seed) of a grid experiment, in a stable order."""
+    from nas_stab.spec import config_key, resolve
+
+    points = spec.space.grid(base_lookup(spec)) if spec.space.dims else [{}]
+    jobs = []
+    for i, params in enumerate(points):
+        resolved = resolve(spec, params)
+        for seed in spec.seeds:
+            jobs.append(Job(i, seed, params, config_key(resolved, seed), f"t{i:05d}-s{seed}"))
+    return jobs
+
+
+def sampled_job(spec, trial_number: int, params: dict, seed: int) -> Job:
+    from nas_stab.spec import config_key, resolve
+
+    try:
+        key = config_key(resolve(spec, params), seed)
+    except SpecError:
+        key = "invalid"
+    return Job(trial_number, seed, params, f"{key}-n{trial_number}", f"t{trial_number:05d}-s{seed}")
+
+
+# ------------------------------------------------------------------ Optuna states
+
+
+def cleanup_study(study) -> int:
+    """No trial is ever left running: trials a killed driver left RUNNING or
+    WAITING are closed as FAIL (user attr status=interrupted). Returns how many."""
+    from optuna.trial import TrialState
+
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "status", INTERRUPTED)
+        study.tell(t.number, state=TrialState.FAIL)
+        n += 1
+    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        t = study.ask()
+        t.set_user_attr("status", INTERRUPTED)
+        study.tell(t, state=TrialState.FAIL)
+        n += 1
+    return n
+
+
+def tell(study, trial, status: str, value: float | None, error: str = "") -> None:
+    """Close an Optuna trial with the state matching the run's status.
+
+    complete -> COMPLETE (FAIL if the objective is not finite); pruned ->
+    PRUNED; diverged -> PRUNED with user attr status=diverged (the sampler
+    learns it was stopped early, not that it finished); failed -> FAIL.
+    """
+    from optuna.trial import TrialState
+
+    trial.set_user_attr("status", status)
+    if error:
+        trial.set_user_attr("error", error[:2000])
+    if status == "complete":
+        if value is not None and math.isfinite(value):
+            study.tell(trial, value)
+            return
+        trial.set_user_attr("error", "objective is not finite")
+        study.tell(trial, state=TrialState.FAIL)
+    elif status in ("pruned", "diverged"):
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def make_reporter(trial, objective: str, offset: int = 0):
+    """Report the objective to Optuna at each evaluation; raise Pruned when told."""
+    from nas_stab.training.loop import Pruned
+
+    def report(step: int, values: dict) -> None:
+        v = values.get(objective)
+        if v is None or not math.isfinite(v):
+            return
+        trial.report(float(v), offset + step)
+        if trial.should_prune():
+            raise Pruned()
+
+    return report
+
+
+def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None):
+    """Resolve and train one job; an exception becomes a `failed` result."""
+    from nas_stab.spec import resolve
+    from nas_stab.training.loop import RunResult, train_run
+
+    t0 = time.perf_counter()
+    try:
+        resolved = resolve(spec, params)
+        return train_run(resolved, seed, reporter, checkpoint), ""
+    except KeyboardInterrupt:
+        raise
+    except SpecError as e:
+        return RunResult("failed", error=f"invalid configuration: {e}", wall_s=time.perf_counter() - t0), ""
+    except Exception as e:  # a trial's bug must not kill the experiment
+        tb = traceback.format_exc()
+        return RunResult("failed", error=f"{type(e).__name__}: {e}", wall_s=time.perf_counter() - t0), tb
+
+
+def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
+    """One trials.csv row (SPEC 4)."""
+    from nas_stab.spec import get_key
+
+    row: dict[str, Any] = {
+        "trial": job.trial,
+        "seed": job.seed,
+        "status": result.status,
+        "objective": result.metrics.get(spec.search.objective),
+        "steps": result.steps,
+        "wall_s": round(result.wall_s, 3),
+        "diverged_step": result.diverged_step,
+        "error": result.error,
+        "run_id": job.run_id,
+        "key": job.key,
+        "optuna_trial": optuna_number,
+    }
+    for d in spec.space:
+        row[d.key] = job.params.get(d.key, get_key(spec, d.key))
+    row.update(result.metrics)
+    return row
+
+
+def run_value(spec, results: list) -> float | None:
+    """A trial's value: the mean objective over its seeds; None unless every seed completed."""
+    vals = [r.metrics.get(spec.search.objective) for r in results]
+    if any(r.status != "complete" for r in results) or any(v is None or not math.isfinite(v) for v in vals):
+        return None
+    return sum(vals) / len(vals)
+
+
+def trial_status(results: list) -> str:
+    statuses = [r.status for r in results]
+    for s in ("failed", "diverged", "pruned"):
+        if s in statuses:
+            return s
+    return "complete"
+
+
+# ------------------------------------------------------------------ progress
+
+
+class Progress:
+    """One line per finished run: counts by status, best so far, time left."""
+
+    def __init__(self, spec, total: int | None, done_before: int = 0, stream=None):
+        self.spec = spec
+        self.total = total
+        self.counts = {s: 0 for s in metrics.STATUSES}
+        self.best: tuple[float, str] | None = None
+        self.t0 = time.perf_counter()
+        self.done_now = 0
+        self.done_before = done_before
+        self.stream = stream or sys.stderr
+        self.maximize = metrics.direction(spec.search.objective) == "maximize" if spec.search.direction == "auto" else spec.search.direction == "maximize"
+
+    def add_existing(self, row: dict) -> None:
+        self.counts[row["status"]] = self.counts.get(row["status"], 0) + 1
+        self._best(row)
+
+    def _best(self, row: dict) -> None:
+        try:
+            v = float(row.get("objective"))
+        except (TypeError, ValueError):
+            return
+        if row.get("status") != "complete" or not math.isfinite(v):
+            return
+        if self.best is None or (v > self.best[0] if self.maximize else v < self.best[0]):
+            self.best = (v, f"trial {row['trial']} seed {row['seed']}")
+
+    def update(self, row: dict) -> str:
+        self.done_now += 1
+        self.counts[row["status"]] = self.counts.get(row["status"], 0) + 1
+        self._best(row)
+        done = sum(self.counts.values())
+        elapsed = time.perf_counter() - self.t0
+        left = ""
+        if self.total:
+            rate = elapsed / self.done_now
+            left = f", ~{_dur(rate * max(0, self.total - done))} left"
+        best = f"best {self.spec.search.objective} {self.best[0]:.4g} ({self.best[1]})" if self.best else "best: none yet"
+        c = self.counts
+        line = (
+            f"[{done}/{self.total or '?'}] complete {c['complete']}  pruned {c['pruned']}  diverged {c['diverged']}  "
+            f"failed {c['failed']} | {best} | {_dur(elapsed)} elapsed{left}"
+        )
+        print(line, file=self.stream, flush=True)
+        return line
+
+
+def _dur(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

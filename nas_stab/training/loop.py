@@ -1,0 +1,192 @@
+"""One trained run: a pure function of (resolved configuration, seed).
+
+Reads top to bottom: build data, model, optimizer; measure stability at init;
+train, watching for divergence, evaluating and reporting to the pruner;
+measure again at the end; return a `RunResult`. Divergence is data, not an
+error: the run stops and says when and why.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import torch
+
+from nas_stab.models import build_model
+from nas_stab.stability import DivergenceRule, Prober
+from nas_stab.tasks import load_task
+from nas_stab.training.optim import build_optimizer, lr_factor, set_lr, total_steps
+
+STABILITY_KEYS = ("fwd_ratio", "grad_ratio", "update_ratio", "sharpness", "lr_sharpness")
+
+
+class Pruned(Exception):
+    """Raised by a reporter to stop a run that the pruner gave up on."""
+
+
+class Checkpointer(Protocol):
+    """Where a run saves and restores its state (used by the Ray runner)."""
+
+    every: int
+
+    def load(self) -> dict | None: ...
+
+    def save(self, state: dict) -> None: ...
+
+
+@dataclass
+class RunResult:
+    status: str  # complete | pruned | diverged | failed
+    metrics: dict[str, float] = field(default_factory=dict)  # task metrics, init_*/final_* stability
+    history: list[dict[str, float]] = field(default_factory=list)
+    steps: int = 0
+    wall_s: float = 0.0
+    diverged_step: int | None = None
+    error: str = ""
+
+
+Reporter = Callable[[int, dict], None]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Checkpointer | None = None) -> RunResult:
+    """Train `spec` (already resolved: no search dimensions left) with `seed`."""
+    t0 = time.perf_counter()
+    t, st = spec.train, spec.stability
+    device = pick_device(t.device)
+    seed_everything(seed)
+
+    task = load_task(spec, seed, device)
+    model = build_model(spec, task.info).to(device)
+    optimizer = build_optimizer(model, t)
+    total = total_steps(t, task.steps_per_epoch)
+    eval_every = t.eval_every or max(1, total // 10)
+    log_every = max(1, total // 1000)
+    prober = Prober(model, task, spec)
+    rule = DivergenceRule(st.divergence.loss_factor)
+    gen = torch.Generator().manual_seed(seed)
+
+    result = RunResult(status="complete")
+    history: dict[int, dict] = {}
+    metrics: dict[str, float] = {}
+    max_update = 0.0
+    start = 0
+
+    state = checkpoint.load() if checkpoint else None
+    if state is not None:  # resume a run whose worker died
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch_rng"])
+        rule.load_state_dict(state["rule"])
+        history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
+    else:
+        set_lr(optimizer, t.lr, lr_factor(t, 0, total))
+        snap = _snapshot(prober, optimizer, spec, 0, rule)
+        metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
+        max_update = _max(max_update, snap.get("update_ratio"))
+        history[0] = {"step": 0, "lr": optimizer.param_groups[0]["lr"], **snap}
+
+    batches = task.train_batches(gen)
+    for _ in range(start):  # replay the batch order up to the checkpoint
+        next(batches)
+    step = start
+    try:
+        for step in range(start + 1, total + 1):
+            lr = set_lr(optimizer, t.lr, lr_factor(t, step - 1, total))
+            batch = next(batches)
+            loss = task.loss(model, batch)
+            loss_value = loss.detach().item()
+            if rule.check(loss_value, step):
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if t.grad_clip:
+                gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip))
+                if rule.check_finite(gnorm, step, "gradient norm"):
+                    break
+            optimizer.step()
+
+            if step % log_every == 0 or step == total:
+                history.setdefault(step, {"step": step})["train_loss"] = loss_value
+                history[step]["lr"] = lr
+            if st.every and step % st.every == 0 and step != total:
+                snap = _snapshot(prober, optimizer, spec, step, rule)
+                max_update = _max(max_update, snap.get("update_ratio"))
+                history.setdefault(step, {"step": step}).update(snap)
+            if step % eval_every == 0 and step != total:
+                ev = task.evaluate(model, "val")
+                if any(not math.isfinite(v) for v in ev.values()):
+                    rule.trip(step, "non-finite validation metric")
+                    break
+                metrics.update(ev)
+                metrics["train_loss"] = loss_value
+                history.setdefault(step, {"step": step}).update(ev)
+                if reporter:
+                    reporter(step, {**ev, "train_loss": loss_value})
+            if checkpoint and checkpoint.every and step % checkpoint.every == 0:
+                checkpoint.save(
+                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "gen": gen.get_state(),
+                     "torch_rng": torch.get_rng_state(), "rule": rule.state_dict(), "history": history,
+                     "metrics": metrics, "max_update": max_update, "step": step}
+                )
+        else:
+            step = total
+    except Pruned:
+        result.status = "pruned"
+
+    if rule.reason is not None:
+        result.status = "diverged"
+        result.diverged_step = rule.step
+        result.error = rule.reason
+        step = rule.step
+    if result.status == "complete":
+        metrics.update(task.evaluate(model, "val"))
+        metrics.update(task.evaluate(model, "test"))
+        metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
+    if result.status in ("complete", "pruned"):
+        snap = _snapshot(prober, optimizer, spec, step, rule)
+        metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
+        max_update = _max(max_update, snap.get("update_ratio"))
+        history.setdefault(step, {"step": step}).update(snap)
+        if rule.reason is not None and result.status == "complete":
+            result.status, result.diverged_step, result.error = "diverged", rule.step, rule.reason
+    metrics["max_update_ratio"] = max_update
+    result.metrics = metrics
+    result.history = [history[k] for k in sorted(history)]
+    result.steps = step
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def _snapshot(prober: Prober, optimizer, spec, step: int, rule: DivergenceRule) -> dict[str, float]:
+    """Stability metrics now; a non-finite value marks the run diverged (it is data)."""
+    snap = prober.snapshot(optimizer)
+    lr = optimizer.param_groups[0]["lr"]
+    if "sharpness" in snap:
+        snap["lr_sharpness"] = lr * snap["sharpness"]
+    for k in ("fwd_ratio", "update_ratio", "sharpness"):
+        # probes return inf when a tensor overflowed; nan means undefined (0/0), not divergence
+        v = snap.get(k)
+        if v is not None and math.isinf(v):
+            rule.check_finite(v, step, k)
+    return snap
+
+
+def _max(a: float, b: Any) -> float:
+    if b is None or not isinstance(b, float) or math.isnan(b):
+        return a
+    return max(a, b)
