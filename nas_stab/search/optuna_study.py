@@ -68,15 +68,18 @@ def make_pruner(name: str, options: dict | None = None):
 
 
 def make_sampler(name: str, seed: int):
+    import warnings
+
     import optuna
 
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     cls = getattr(optuna.samplers, SAMPLERS.get(name))
     if name == "cmaes":
         return cls(seed=seed, warn_independent_sampling=False)
     if name == "qmc":
         return cls(seed=seed, scramble=True, warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if name == "tpe":
-        return cls(seed=seed, multivariate=True, warn_independent_sampling=False)
+        return cls(seed=seed, multivariate=True)
     return cls(seed=seed)
 
 

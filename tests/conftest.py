@@ -1,0 +1,46 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+os.environ.setdefault("NAS_STAB_CACHE", str(ROOT / ".cache-test"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _threads():
+    import torch
+
+    torch.set_num_threads(1)
+
+
+TINY = """\
+name: tiny
+seeds: 1
+task:
+  dataset: {name: digits}
+model: {arch: mlp_resnet, depth: 2, width: 16}
+train: {lr: 0.05, steps: 20, batch_size: 32}
+stability: {every: 10, probe_batch: 64, hessian: false}
+space:
+  model.branches: [1, 2]
+  train.lr: [0.01, 0.05]
+leaderboard: {transfer: model.branches}
+"""
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY)
+    return p
+
+
+def run_cli(*args, cwd=None, env=None, timeout=600):
+    import subprocess
+
+    e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "nas_stab.cli", *map(str, args)], cwd=cwd, env=e,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,151 @@
+"""The local runner end to end: run directory, statuses, resume, kills."""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from conftest import TINY, run_cli
+from nas_stab.errors import RunError
+from nas_stab.metrics import STABILITY_METRICS, TASK_METRICS
+from nas_stab.results.rundir import RunDir
+from nas_stab.search.local import run_local
+from nas_stab.spec import loads_spec
+
+
+def rows(run_dir):
+    with open(run_dir / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def run(text, out, **kw):
+    spec = loads_spec(text)
+    with RunDir.open(out, spec, fresh=kw.pop("fresh", False)) as rd:
+        counts = run_local(spec, rd, **kw)
+    return spec, out / spec.name, counts
+
+
+def test_run_directory_and_columns(tmp_path):
+    spec, d, counts = run(TINY, tmp_path)
+    assert counts == {"complete": 4}
+    for name in ("spec.yaml", "study.db", "trials.csv", "history", "log.txt"):
+        assert (d / name).exists(), name
+    r = rows(d)
+    assert len(r) == 4
+    cols = list(r[0])
+    head = ["trial", "seed", "status", "objective", "model.branches", "train.lr"]
+    assert cols[: len(head)] == head
+    for c in TASK_METRICS["classification"] + tuple(f"{p}{m}" for p in ("init_", "final_") for m in STABILITY_METRICS):
+        assert c in cols, c
+    for c in ("max_update_ratio", "steps", "wall_s", "diverged_step", "error"):
+        assert c in cols
+    assert all(x["status"] == "complete" and float(x["val_acc"]) > 0 for x in r)
+    hist = (d / "history" / f"{r[0]['run_id']}.csv").read_text().splitlines()
+    assert hist[0].startswith("step,train_loss,lr") and "fwd_ratio" in hist[0] and "update_ratio" in hist[0]
+    meta = RunDir(d).read_meta()
+    assert meta["spec_hash"] and meta["git_commit"] and meta["torch_version"]
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+
+
+def test_rerun_does_no_training(tmp_path):
+    _, d, _ = run(TINY, tmp_path)
+    before = rows(d)
+    t0 = time.perf_counter()
+    _, _, counts = run(TINY, tmp_path)
+    assert counts == {"complete": 4}
+    assert rows(d) == before
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    assert len(study.trials) == 4
+
+
+def test_changed_spec_refused_unless_fresh(tmp_path):
+    run(TINY, tmp_path)
+    changed = TINY.replace("steps: 20", "steps: 21")
+    with pytest.raises(RunError) as e:
+        run(changed, tmp_path)
+    assert "--fresh" in str(e.value)
+    _, d, counts = run(changed, tmp_path, fresh=True)
+    assert counts == {"complete": 4}
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("tiny.old-")]
+    assert len(aside) == 1 and (aside[0] / "trials.csv").exists()  # nothing lost
+
+
+def test_divergence_is_recorded_with_step(tmp_path):
+    text = TINY.replace("  train.lr: [0.01, 0.05]", "  train.lr: [50.0]")
+    _, d, counts = run(text, tmp_path)
+    assert counts == {"diverged": 2}
+    for r in rows(d):
+        assert r["status"] == "diverged" and int(r["diverged_step"]) >= 1 and r["error"]
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    assert {t.state.name for t in study.trials} == {"PRUNED"}
+    assert {t.user_attrs["status"] for t in study.trials} == {"diverged"}
+
+
+def test_pruned_trial_ends_pruned(tmp_path):
+    # a threshold pruner that nothing can pass: every run is pruned at its first report
+    text = TINY + "search: {pruner: {threshold: {lower: 2.0}}}\n"
+    _, d, counts = run(text, tmp_path)
+    assert counts == {"pruned": 4}
+    r = rows(d)
+    assert all(x["status"] == "pruned" and int(x["steps"]) < 20 for x in r)
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    assert {t.state.name for t in study.trials} == {"PRUNED"}
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "cmaes", "qmc"])
+def test_samplers_run_seeds_and_report_mean(tmp_path, sampler):
+    text = TINY.replace("seeds: 1", "seeds: 2").replace(
+        "  train.lr: [0.01, 0.05]", "  train.lr: {loguniform: [0.005, 0.1]}"
+    ) + f"search: {{sampler: {sampler}, trials: 3}}\n"
+    _, d, counts = run(text, tmp_path)
+    r = rows(d)
+    assert len(r) == 6 and sorted({x["seed"] for x in r}) == ["0", "1"]
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    t0 = study.trials[0]
+    vals = [float(x["val_acc"]) for x in r if x["trial"] == str(t0.number)]
+    assert t0.value == pytest.approx(sum(vals) / len(vals), rel=1e-4)
+
+
+def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(TINY.replace("steps: 20", "steps: 150").replace("[1, 2]", "[1, 2, 3]"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "nas_stab.cli", "run", str(spec_path), "--out", str(tmp_path / "runs")],
+                         env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    # wait for two finished runs, then kill mid-trial
+    seen = 0
+    for line in p.stderr:
+        if line.startswith("["):
+            seen += 1
+            if seen == 2:
+                time.sleep(0.3)
+                break
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    d = tmp_path / "runs" / "tiny"
+    partial = rows(d)
+    assert 2 <= len(partial) < 6
+    res = run_cli("run", spec_path, "--out", tmp_path / "runs")
+    assert res.returncode == 0, res.stderr[-2000:]
+    final = rows(d)
+    assert len(final) == 6 and len({(x["trial"], x["seed"]) for x in final}) == 6
+    for old in partial:  # finished runs were kept, not retrained
+        assert old in final
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    states = [t.state.name for t in study.trials]
+    assert "RUNNING" not in states and "WAITING" not in states
+    assert states.count("COMPLETE") == 6
+    assert all(t.user_attrs.get("status") == "interrupted" for t in study.trials if t.state.name == "FAIL")
+
+
+def test_second_driver_refuses(tmp_path):
+    spec = loads_spec(TINY)
+    with RunDir.open(tmp_path, spec):
+        with pytest.raises(RunError) as e:
+            RunDir.open(tmp_path, spec)
+    assert "in use" in str(e.value)
