@@ -153,7 +153,20 @@ class RunDir:
             data["meta"] = meta_for(spec)
             atomic_write(path / "spec.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         (path / "history").mkdir(exist_ok=True)
+        rd.repair()
         return rd
+
+    def repair(self) -> int:
+        """Remove temp files a killed writer left behind (atomic writes never leave
+        a half-written real file); returns how many, and logs them."""
+        stale = [p for d in (self.path, self.path / "history", self.path / "plots") if d.is_dir()
+                 for p in d.glob(".*.tmp")]
+        for p in stale:
+            with _suppress():
+                p.unlink()
+        if stale:
+            self.log(f"removed {len(stale)} partial file(s) left by an interrupted run: " + ", ".join(p.name for p in stale))
+        return len(stale)
 
     @staticmethod
     def spec_plain(spec) -> dict:

@@ -56,8 +56,12 @@ def load_yaml(text: str, file: str = "<string>") -> tuple[Any, Lines]:
         line = mark.line + 1 if mark else None
         msg = " ".join(str(x) for x in (e.context, e.problem) if x)
         raise SpecError(f"YAML syntax error: {msg}", file=file, line=line) from None
+    except yaml.reader.ReaderError as e:
+        line = text[: e.position].count("\n") + 1
+        raise SpecError(f"character {e.character!r} is not allowed in YAML ({e.reason})", file=file, line=line) from None
     except yaml.YAMLError as e:
-        raise SpecError(f"YAML error: {e}", file=file) from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SpecError(f"YAML error: {first}", file=file) from None
     except RecursionError:
         raise SpecError(f"nesting deeper than {MAX_DEPTH} levels", file=file) from None
     lines: Lines = {}

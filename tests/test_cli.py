@@ -1,0 +1,55 @@
+"""The command line as a user runs it: exit codes, messages, no traceback, cheap --help."""
+import subprocess
+import sys
+
+from conftest import ROOT, TINY, run_cli
+
+
+def test_help_imports_neither_ray_nor_torch():
+    code = (
+        "import sys\n"
+        "from nas_stab.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import nas_stab\n"
+        "bad = [m for m in ('ray', 'torch', 'optuna') if m in sys.modules]\n"
+        "print('IMPORTED', bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
+
+
+def test_validate_prints_resolved_config_trials_and_cost(tiny_yaml):
+    r = run_cli("validate", tiny_yaml)
+    assert r.returncode == 0, r.stderr
+    assert "loss_factor: 10" in r.stdout  # defaults are printed
+    assert "trials: 4 configurations x 1 seed(s) = 4 runs (grid)" in r.stdout
+    assert "ms/step" in r.stdout and "optimizer steps" in r.stdout
+
+
+def test_bad_input_exit_2_without_traceback(tmp_path, tiny_yaml):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY.replace("width: 16", "widht: 16"))
+    for args in (["validate", bad], ["run", bad, "--out", tmp_path], ["validate", tiny_yaml, "--set", "train.lr=-1"],
+                 ["validate", tmp_path / "missing.yaml"], ["status", tmp_path]):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr and r.stderr.startswith("error: "), r.stderr
+    r = run_cli("validate", bad)
+    assert f"{bad}:5: model.widht: unknown key; did you mean 'width'?" in r.stderr
+    assert not (tmp_path / "tiny").exists()  # nothing written for bad input
+
+
+def test_list_shows_registries():
+    r = run_cli("list")
+    assert r.returncode == 0
+    for word in ("mlp_resnet", "digits", "mnist", "tpe", "hyperband", "aggregation"):
+        assert word in r.stdout
+
+
+def test_run_then_status(tmp_path, tiny_yaml):
+    r = run_cli("run", tiny_yaml, "--out", tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[4/4] complete 4" in r.stderr
+    assert (tmp_path / "tiny" / "leaderboard.md").exists()
+    s = run_cli("status", tmp_path / "tiny")
+    assert s.returncode == 0 and "4/4 runs finished" in s.stdout and "complete 4" in s.stdout
