@@ -1,0 +1,35 @@
+"""Results: the run directory, the learning-rate transfer analysis (SPEC 5), its formats and plots.
+
+Public API (loaded on first use, so ``import nas_stab.results.rundir`` stays
+free of pandas and matplotlib):
+
+- `analyze(trials, ...)` -> `Analysis` (``rows``: the ranked leaderboard,
+  ``cells``: per row label x size x lr);
+- `build_leaderboard(run_dirs, formats, out_dir)` -> ``{kind: path}``;
+- `leaderboard_markdown(run_dir)` -> Markdown text;
+- `load_analysis(run_dirs)` -> ``(analysis, provenance, runs)``.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Analysis": "nas_stab.results.analysis",
+    "Settings": "nas_stab.results.analysis",
+    "analyze": "nas_stab.results.analysis",
+    "build_leaderboard": "nas_stab.results.leaderboard",
+    "leaderboard_markdown": "nas_stab.results.leaderboard",
+    "load_analysis": "nas_stab.results.leaderboard",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'nas_stab.results' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

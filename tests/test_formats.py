@@ -1,0 +1,166 @@
+"""Leaderboard files: every format renders with provenance; LaTeX, Markdown and HTML escaping."""
+from __future__ import annotations
+
+import html
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "data"))
+from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+
+from nas_stab.errors import RunError, SpecError  # noqa: E402
+from nas_stab.results import build_leaderboard  # noqa: E402
+from nas_stab.results.formats import escape_latex, escape_md  # noqa: E402
+
+EVIL = "<script>alert(1)</script>"
+PROVENANCE_FIELDS = ("spec", "dataset", "nas_stab", "torch", "hardware", "run created", "trials", "compute")
+
+
+def _rows(labels=("sum", "stam")):
+    t = {}
+    for lab in labels:
+        for s in (1, 2):
+            for lr in (0.1, 0.2, 0.4):
+                base = 0.9 - abs(lr - (0.2 if lab != "sum" or s == 1 else 0.4))
+                t[(lab, s, lr)] = [base, base - 0.01]
+    t[("sum", 2, 0.1)] = ["diverged", 0.59]
+    return grid_rows(t)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    d = make_run(root, _rows())
+    return d, build_leaderboard([d], formats=("md", "csv", "tex", "html"))
+
+
+def test_every_format_written_with_provenance(built):
+    d, paths = built
+    assert {"md", "csv", "cells_csv", "tex", "html", "plot:lr_transfer", "plot:divergence", "plot:fwd_norm_init"} <= set(paths)
+    for kind, p in paths.items():
+        assert p.is_file() and p.stat().st_size > 0, kind
+        assert p.parent in (d, d / "plots")
+    assert not list(d.glob(".*.tmp")) and not list((d / "plots").glob(".*.tmp"))  # atomic writes leave no temp file
+    for kind in ("md", "csv", "tex", "html"):
+        text = paths[kind].read_text().replace(r"\_", "_")  # LaTeX escapes nas_stab as nas\_stab
+        for f in PROVENANCE_FIELDS:
+            assert f in text, (kind, f)
+        assert "0123456789abcdef" in text and "d138591" in text and "2.9.0+cpu" in text
+        assert "24 runs: 23 complete, 0 pruned, 1 diverged, 0 failed" in text
+        assert "36.0 s" in text  # 24 runs x 1.5 s wall time
+        assert "digits (train=500, val=200)" in text
+    for p in (v for k, v in paths.items() if k.startswith("plot:")):
+        assert p.read_bytes().startswith(b"\x89PNG")
+
+
+def test_markdown_table(built):
+    _, paths = built
+    md = paths["md"].read_text()
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:3] == ["rank", "model.aggregation", "transfers"]
+    for col in ("transfer_regret", "worst_regret", "lr_drift", "best_lr(s)", "stable_octaves", "best val_acc"):
+        assert col in header
+    body = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    assert [r[1] for r in body] == ["stam", "sum"]  # stam transfers (regret 0), sum does not
+    assert "(plots/lr_transfer.png)" in md
+    assert "**Summary**: val_acc, 2 rows; transfers: stam (drift 0.00 oct, regret 0); does not: sum (drift 1.00 oct, regret 0.1); best: stam 0.895" in md
+
+
+def test_csv_reads_back(built):
+    _, paths = built
+    df = pd.read_csv(paths["csv"], comment="#")
+    assert df["label"].tolist() == ["stam", "sum"]
+    assert df.loc[0, "transfer_regret"] == pytest.approx(0.0)
+    assert df.loc[1, "lr_drift"] == pytest.approx(1.0)
+    assert df.loc[1, "best_lr(s)"] == "1:0.2;2:0.4"
+    cells = pd.read_csv(paths["cells_csv"], comment="#")
+    assert len(cells) == 2 * 2 * 3
+    assert {"label", "model.aggregation", "model.branches", "train.lr", "mean", "std", "n", "n_diverged"} <= set(cells.columns)
+
+
+def test_latex_booktabs(built):
+    _, paths = built
+    tex = paths["tex"].read_text()
+    for cmd in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"\end{table}"):
+        assert cmd in tex
+    assert r"transfer\_regret" in tex and r"$\pm$" in tex
+    # no unescaped specials outside commands: every _ and % in the body is escaped
+    body = "\n".join(ln for ln in tex.splitlines() if not ln.startswith("%"))
+    assert not re.search(r"(?<!\\)[_%#&]", body.replace(" & ", " ").replace(r"\\", ""))
+
+
+def test_escape_latex():
+    assert escape_latex(r"a_b & 50% $x$ #1 {y} ~z ^w \cmd") == (
+        r"a\_b \& 50\% \$x\$ \#1 \{y\} \textasciitilde{}z \textasciicircum{}w \textbackslash{}cmd"
+    )
+    assert escape_latex("two\nlines") == "two lines"
+
+
+def test_escape_md():
+    assert escape_md("a|b <i>x</i>\nnext") == r"a\|b \<i\>x\</i\> next"
+
+
+def _evil_run(root: Path) -> Path:
+    spec = spec_dict(name=EVIL, description=f"desc {EVIL} & more")
+    rows = _rows(labels=("sum", EVIL))
+    return make_run(root, rows, spec=spec)
+
+
+def test_html_escapes_user_strings(tmp_path):
+    d = _evil_run(tmp_path)
+    paths = build_leaderboard([d], formats=("html", "md", "tex", "csv"))
+    page = paths["html"].read_text()
+    assert EVIL not in page
+    assert page.count("<script") == 1  # only the page's own sort script
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert page.count(escaped) >= 4  # title, heading, description, row label, provenance ...
+    assert f"desc {escaped} &amp; more" in page
+    # the CSP allows only the page's own script, by hash, and no network
+    csp = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page).group(1))
+    assert "default-src 'none'" in csp and "script-src 'sha256-" in csp and "unsafe-inline" not in csp.split("script-src")[1]
+    assert "http://" not in page and "https://" not in page
+    md = paths["md"].read_text()
+    assert EVIL not in md and r"\<script\>alert(1)\</script\>" in md
+    tex = paths["tex"].read_text()
+    assert EVIL not in tex and r"\textless{}script\textgreater{}" in tex
+
+
+def test_one_size_one_row_one_seed(tmp_path):
+    spec = spec_dict(transfer=None, compare=(), seeds=[0])
+    d = make_run(tmp_path, grid_rows({(None, None, 0.1): [0.5], (None, None, 0.3): [0.7]}), spec=spec)
+    paths = build_leaderboard([d], formats="md,html,tex,csv", out_dir=tmp_path / "out")
+    md = paths["md"].read_text()
+    assert "| 1 | all | yes |" in md
+    assert (tmp_path / "out" / "plots" / "lr_transfer.png").is_file()
+
+
+def test_several_runs_need_out_and_list_provenance(tmp_path):
+    d1 = make_run(tmp_path, _rows(("sum",)), spec=spec_dict("a"))
+    d2 = make_run(tmp_path, _rows(("stam",)), spec=spec_dict("b"))
+    with pytest.raises(RunError, match="--out"):
+        build_leaderboard([d1, d2], formats=("md",))
+    paths = build_leaderboard([d1, d2], formats=("md",), out_dir=tmp_path / "both", plots=False)
+    md = paths["md"].read_text()
+    assert md.count("**run**") == 2 and "| stam |" in md and "| sum |" in md
+    assert set(paths) == {"md"}
+
+
+def test_bad_input(tmp_path):
+    d = make_run(tmp_path, _rows())
+    with pytest.raises(SpecError, match="unknown leaderboard format 'pdf'"):
+        build_leaderboard([d], formats="md,pdf")
+    (d / "trials.csv").write_text("")
+    with pytest.raises(RunError, match=re.escape(str(d / "trials.csv"))):
+        build_leaderboard([d], formats="md")
+
+
+def test_no_history_still_builds(tmp_path):
+    d = make_run(tmp_path, _rows(), history=False)
+    paths = build_leaderboard([d], formats=("html",))
+    assert "plot:fwd_norm_init" not in paths and "plot:lr_transfer" in paths
+    assert "data:image/png;base64," in paths["html"].read_text()
