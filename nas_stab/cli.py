@@ -107,15 +107,30 @@ def cmd_validate(args) -> int:
         print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")
     from nas_stab.estimate import estimate_cost
 
+    _preflight_data(spec)
     print(estimate_cost(spec, runs, timed=not args.no_timing))
     print(f"ok: {args.spec} is valid")
     return 0
+
+
+def _preflight_data(spec) -> None:
+    """Load the base configuration's dataset once, so a missing or corrupt file is
+    one clear error (exit 2) before anything is written, not a failure per trial."""
+    from nas_stab.data import load_dataset
+
+    if spec.task.kind == "classification":
+        load_dataset(spec, "cpu")
+    else:
+        from nas_stab.tasks import load_task
+
+        load_task(spec, spec.seeds[0], "cpu")
 
 
 def cmd_run(args) -> int:
     from nas_stab.results.rundir import RunDir
 
     spec = _load(args)
+    _preflight_data(spec)
     with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
         rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
         print(f"run directory: {rd.path}", file=sys.stderr)
