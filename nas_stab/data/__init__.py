@@ -29,11 +29,20 @@ class DataInfo:
 __all__ = ["DATASETS", "DataInfo", "check_dataset", "load_dataset", "resolve_root", "cache_dir"]
 
 
+def dataset_key(spec) -> str:
+    """The registry key of `spec.task.dataset.name`: "<kind>/<name>" when a
+    task-qualified entry exists (e.g. "translation/synthetic"), else the name."""
+    name = spec.task.dataset.name
+    qualified = f"{spec.task.kind}/{name}"
+    return qualified if qualified in DATASETS else name
+
+
 def check_dataset(spec) -> tuple[tuple, str] | None:
     d = spec.task.dataset
-    if d.name not in DATASETS:
+    key = dataset_key(spec)
+    if key not in DATASETS:
         return ("task", "dataset", "name"), DATASETS.unknown(d.name)
-    entry = DATASETS.entry(d.name)
+    entry = DATASETS.entry(key)
     task = entry.info.get("task", "classification")
     if task != spec.task.kind:
         return ("task", "dataset", "name"), f"{d.name!r} is a {task} dataset; task.kind is {spec.task.kind!r}"
@@ -43,7 +52,7 @@ def check_dataset(spec) -> tuple[tuple, str] | None:
 
 def load_dataset(spec, device):
     """Load `spec.task.dataset` onto `device`."""
-    return DATASETS.get(spec.task.dataset.name)(spec.task.dataset, device)
+    return DATASETS.get(dataset_key(spec))(spec.task.dataset, device)
 
 
 def resolve_root(root: str, base: str | os.PathLike | None = None) -> Path:
@@ -61,3 +70,5 @@ def cache_dir(cfg=None) -> Path:
 
 # importing a module registers its datasets
 from nas_stab.data import tabular  # noqa: E402,F401
+from nas_stab.data import text  # noqa: E402,F401
+from nas_stab.data import vision  # noqa: E402,F401

@@ -1,4 +1,7 @@
-"""What every model offers the training loop and the stability probes."""
+"""What every model offers the training loop and the stability probes, and the
+small shared pieces: the shared residual scale `Tau`, aggregation weight,
+initialization gains of the papers.
+"""
 from __future__ import annotations
 
 import math
@@ -15,11 +18,12 @@ class StableModel(nn.Module):
     blocks: nn.ModuleList
 
     def branch_weights(self) -> list[tuple[str, nn.Parameter]]:
-        """Weights of the residual branches (default: every matrix in `blocks`)."""
+        """Weights of the residual branches: every matrix or kernel in `blocks`
+        except shortcut projections and skip norms (they are not branches)."""
         out = []
         for i, b in enumerate(self.blocks):
             for n, p in b.named_parameters():
-                if p.ndim >= 2:
+                if p.ndim >= 2 and not n.startswith(("shortcut.", "skip.")):
                     out.append((f"blocks.{i}.{n}", p))
         return out
 
@@ -32,26 +36,32 @@ def branch_alpha(model_cfg) -> float:
 class Tau(nn.Module):
     """The residual scale tau, shared by all blocks.
 
-    Fixed: a buffer. Learnable: ONE 0-d parameter shared by every block; each
-    block's use contributes to its gradient, and a hook divides the total by
-    the number of blocks L, so its gradient is the average of the per-block
-    gradients (the tau paper's code).
+    Fixed: a buffer. Learnable (`tau: {init: ..., learnable: true}` or
+    `tau_learnable: true`): ONE 0-d parameter shared by every block; each
+    block's use contributes to its gradient, scaled by 1/L, so its gradient
+    is the average of the per-block gradients (the tau paper's code).
     """
 
-    def __init__(self, tau, L: int):
+    def __init__(self, tau, L: int, *, learnable: bool = False):
         super().__init__()
-        form, learnable = parse_tau(tau)
+        form, learnable_form = parse_tau(tau)
+        learnable = learnable or learnable_form
         value = torch.tensor(tau_value(form, L), dtype=torch.float32)
         self.learnable = learnable
         self.L = L
         if learnable:
             self.value = nn.Parameter(value)
-            self.value.register_hook(lambda g: g / L)
         else:
             self.register_buffer("value", value)
 
     def forward(self) -> torch.Tensor:
-        return self.value
+        if not self.learnable:
+            return self.value
+        # value in the forward pass, gradient scaled by 1/L: summed over the L
+        # blocks that use it, the parameter receives the average. Written into
+        # the graph (not a tensor hook) so it survives deepcopy and pickling.
+        v = self.value
+        return v / self.L + (v * (1.0 - 1.0 / self.L)).detach()
 
     def extra_repr(self) -> str:
         return f"value={float(self.value):.4g}, learnable={self.learnable}, L={self.L}"
@@ -61,3 +71,48 @@ def kaiming_normal_(w: torch.Tensor, fan: int, gain: float = 2.0) -> torch.Tenso
     """N(0, gain / fan) in place."""
     with torch.no_grad():
         return w.normal_(0.0, math.sqrt(gain / fan))
+
+
+def scalar() -> nn.Parameter:
+    """A 0-d parameter initialized to 0 (Fixup bias). 0-d parameters train at
+    `train.scalar_lr_mult` x lr (the optimizer builder picks them by ndim)."""
+    return nn.Parameter(torch.zeros(()))
+
+
+def uses_path(cfg) -> bool:
+    """`norm: path_bn` implies the path-space parametrization."""
+    return cfg.parametrization == "path" or cfg.norm == "path_bn"
+
+
+def uses_scalar_bias(cfg) -> bool:
+    return cfg.init == "fixup" if cfg.scalar_bias is None else bool(cfg.scalar_bias)
+
+
+def deepnorm_constants(L: int) -> tuple[float, float]:
+    """DeepNet's (alpha, beta) for a stack of L residual sublayers.
+
+    DeepNet's encoder-only rule is alpha = (2N)^(1/4), beta = (8N)^(-1/4) for N
+    layers of 2 sublayers each (attention + FFN), i.e. written per sublayer
+    S = 2N: alpha = S^(1/4), beta = (4S)^(-1/4). A residual block of a vision
+    model is one sublayer with two weight layers, like an FFN, so S = L.
+    """
+    return L ** 0.25, (4.0 * L) ** -0.25
+
+
+def branch_init_gain(cfg, b: int, L: int) -> float:
+    """Multiplier of the (Kaiming) init of every residual-branch weight.
+
+    stam_forward: C^(-1/(2b)) keeps the forward norm of a sum of C branches of
+    depth b flat (STAM, Appendix A.4); stam_update: (bC)^(-1/(2(b-1))) keeps the
+    per-step output update flat instead (needs b >= 2); deepnorm (the init, or
+    `skip: deepnorm`): DeepNet's beta. Fixup and zero_last are applied per
+    layer by the branch module (they zero the last layer).
+    """
+    C = cfg.branches
+    if cfg.init == "stam_forward":
+        return C ** (-1.0 / (2 * b))
+    if cfg.init == "stam_update":
+        return (b * C) ** (-1.0 / (2 * (b - 1)))
+    if cfg.init == "deepnorm" or cfg.skip == "deepnorm":
+        return deepnorm_constants(L)[1]
+    return 1.0

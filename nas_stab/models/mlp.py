@@ -2,15 +2,22 @@
 
 mlp_resnet, with L = `depth` residual blocks (Zhang et al., Section 2)::
 
-    h0 = relu(A x)
-    h_l = relu(h_{l-1} + tau * alpha * sum_k F_k(h_{l-1}))    l = 1..L
-    h = relu(W h_L);  y = B h
+    h0  = relu(A x)
+    h_l = relu(Skip(h_{l-1}, tau * sum_k alpha_k F_k(h_{l-1})))    l = 1..L
+    y   = B relu(W h_L)
 
 F_k is branch k: one linear map (`branch_depth: 1`, the tau paper) or b
-linear maps with ReLUs between them (STAM's depth-b branches). All C branches
-run as one matmul (first layer) and batched matmuls (later layers), never a
-Python loop over branches. Init: N(0, 2/m) for A, W and the branches,
-N(0, 2/d) for B (d = classes), as in the tau paper.
+linear maps with ReLUs between them (STAM's depth-b branches), each followed
+by `norm`. All C branches run as one matmul (first layer) and batched
+matmuls (later layers), never a Python loop over branches. Init: N(0, 2/m)
+for A, W and the branch layers followed by a ReLU; the last branch layer
+N(0, 2/m) when b = 1 (the tau paper) and N(0, 1/m) when b >= 2 (STAM's
+Kaiming init, Section 3.1, under which Theorem 1's ||N(h)|| ~
+sqrt(sum alpha^2) ||h|| holds exactly); B is N(0, 2/d), d = classes.
+
+mlp: `depth` hidden layers relu(Norm(W h + b)) of `width`, the same fan-out
+init; the hidden layers are its `blocks`. Biases only in weight space without
+a norm (a norm brings its own shift; path space is bias-free).
 """
 from __future__ import annotations
 
@@ -20,81 +27,51 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas_stab.models import ARCHS
-from nas_stab.models.base import StableModel, Tau, branch_alpha, kaiming_normal_
-
-
-class MultiBranch(nn.Module):
-    """C parallel ReLU branches of depth b, m -> m, computed as batched matmuls.
-
-    Returns the aggregated output alpha * sum_k F_k(x).
-    """
-
-    def __init__(self, width: int, branches: int, depth: int, alpha: float):
-        super().__init__()
-        self.C, self.b, self.m, self.alpha = branches, depth, width, alpha
-        # first layer of every branch stacked: one [C*m, m] matmul
-        self.first = nn.Parameter(torch.empty(branches * width, width))
-        # later layers: block-diagonal, one [C, m, m] batched matmul each
-        self.rest = nn.ParameterList(nn.Parameter(torch.empty(branches, width, width)) for _ in range(depth - 1))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        kaiming_normal_(self.first, self.m)
-        for w in self.rest:
-            kaiming_normal_(w, self.m)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
-        h = F.linear(x, self.first)  # [n, C*m]
-        if self.b > 1:
-            h = h.view(n, self.C, self.m).transpose(0, 1)  # [C, n, m]
-            for w in self.rest:
-                h = torch.bmm(F.relu(h), w.transpose(1, 2))
-            return h.sum(0) * self.alpha
-        return h.view(n, self.C, self.m).sum(1) * self.alpha
-
-
-class ResBlock(nn.Module):
-    def __init__(self, width: int, branches: int, branch_depth: int, alpha: float, tau: Tau):
-        super().__init__()
-        self.branch = MultiBranch(width, branches, branch_depth, alpha)
-        self.tau = tau  # shared module: one tau for all blocks
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return F.relu(h + self.tau() * self.branch(h))
+from nas_stab.models import ARCHS, checks
+from nas_stab.models.base import (StableModel, Tau, branch_alpha, branch_init_gain, kaiming_normal_, scalar,
+                                  uses_path, uses_scalar_bias)
+from nas_stab.models.branches import MultiBranch, fixup_classifier_
+from nas_stab.models.residual import ResidualBlock
+from nas_stab.models.skip import Skip
+from nas_stab.models.stack import build_stack
 
 
 class MLPResNet(StableModel):
     def __init__(self, in_dim: int, classes: int, cfg):
         super().__init__()
-        m, L = cfg.width, cfg.depth
+        m, L, b = cfg.width, cfg.depth, cfg.branch_depth
         self.A = nn.Linear(in_dim, m, bias=False)
-        self.tau = Tau(cfg.tau, L)
-        a = branch_alpha(cfg)
-        self.blocks = nn.ModuleList(ResBlock(m, cfg.branches, cfg.branch_depth, a, self.tau) for _ in range(L))
+        self.tau = Tau(cfg.tau, L, learnable=cfg.tau_learnable)
+        path = uses_path(cfg)
+        self.blocks = nn.ModuleList()
+        for _ in range(L):
+            branch = MultiBranch(
+                m, [(0, m, 1)] * b, C=cfg.branches, alpha=branch_alpha(cfg), norm=cfg.norm, path=path,
+                scalar_bias=uses_scalar_bias(cfg), fixup_scale=cfg.init == "fixup", init=cfg.init,
+                gain=branch_init_gain(cfg, b, L), last_gain=2.0 if b == 1 else 1.0, L=L)
+            skip = Skip(cfg.skip, m, lam=cfg.skip_lambda, norm=cfg.skip_norm, L=L)
+            self.blocks.append(ResidualBlock(branch, skip, self.tau))
         self.W = nn.Linear(m, m, bias=False)
         self.B = nn.Linear(m, classes, bias=False)
         kaiming_normal_(self.A.weight, m)
         kaiming_normal_(self.W.weight, m)
         kaiming_normal_(self.B.weight, classes)
+        self.biases = nn.ParameterList(scalar() for _ in range(2)) if uses_scalar_bias(cfg) else None
+        if cfg.init == "fixup":
+            fixup_classifier_(self.B)
+        self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.A(x.flatten(1)))
+        h = self.A(x.flatten(1))
+        if self.biases is not None:
+            h = h + self.biases[0]
+        h = F.relu(h)
         for block in self.blocks:
             h = block(h)
-        return self.B(F.relu(self.W(h)))
-
-
-class Layer(nn.Module):
-    def __init__(self, i: int, o: int):
-        super().__init__()
-        self.linear = nn.Linear(i, o)
-        kaiming_normal_(self.linear.weight, i)
-        nn.init.zeros_(self.linear.bias)
-
-    def forward(self, x):
-        return F.relu(self.linear(x))
+        h = F.relu(self.W(h))
+        if self.biases is not None:
+            h = h + self.biases[1]
+        return self.B(F.dropout(h, self.dropout, self.training))
 
 
 class MLP(StableModel):
@@ -102,37 +79,27 @@ class MLP(StableModel):
 
     def __init__(self, in_dim: int, classes: int, cfg):
         super().__init__()
-        dims = [in_dim] + [cfg.width] * cfg.depth
-        self.blocks = nn.ModuleList(Layer(i, o) for i, o in zip(dims[:-1], dims[1:]))
-        self.head = nn.Linear(dims[-1], classes)
-        nn.init.normal_(self.head.weight, 0.0, 1.0 / math.sqrt(dims[-1]))
+        path = uses_path(cfg)
+        self.blocks = build_stack([(1, cfg.width, 1)] * cfg.depth, in_dim, conv=False, norm=cfg.norm, path=path,
+                                  bias=cfg.norm == "none" and not path)
+        self.head = nn.Linear(cfg.width, classes)
+        nn.init.normal_(self.head.weight, 0.0, 1.0 / math.sqrt(cfg.width))
         nn.init.zeros_(self.head.bias)
+        self.dropout = cfg.dropout
 
     def forward(self, x):
         h = x.flatten(1)
         for b in self.blocks:
             h = b(h)
-        return self.head(h)
-
-
-def _not_yet(spec, allowed: dict) -> tuple[tuple, str] | None:
-    m = spec.model
-    for key, ok in allowed.items():
-        v = getattr(m, key)
-        if v not in ok:
-            return ("model", key), f"{key}: {v!r} is not supported yet on {m.arch} (supported: {', '.join(map(str, ok))})"
-    return None
+        return self.head(F.dropout(h, self.dropout, self.training))
 
 
 def _check_mlp(spec):
-    m = spec.model
-    if m.branches != 1:
-        return ("model", "branches"), "mlp has no residual branches; use arch mlp_resnet for branches > 1"
-    return _not_yet(spec, {"skip": ("plain",), "norm": ("none",), "parametrization": ("weight",), "init": ("kaiming",)})
+    return checks.plain(spec, conv=False)
 
 
 def _check_mlp_resnet(spec):
-    return _not_yet(spec, {"skip": ("plain",), "norm": ("none",), "parametrization": ("weight",), "init": ("kaiming",)})
+    return checks.residual(spec, conv=False, b=spec.model.branch_depth)
 
 
 @ARCHS.register("mlp", task="classification", check=_check_mlp, doc="plain feed-forward ReLU network")

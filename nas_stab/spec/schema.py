@@ -48,6 +48,7 @@ class DatasetConfig:
     test_tgt: Optional[str] = _f(None, "text_pairs: test target")
     vocab_size: int = _f(8000, "translation: subword vocabulary size", ge=16, le=1_000_000)
     max_len: int = _f(64, "translation: longest sentence kept, in subword tokens", ge=4, le=4096)
+    tokenizer: Literal["bpe", "unigram"] = _f("bpe", "translation: sentencepiece model type (joint, trained on the training split)")
     cache: Optional[str] = _f(None, "cache directory (default ~/.cache/nas_stab or $NAS_STAB_CACHE)")
 
 
@@ -57,6 +58,7 @@ class TaskConfig:
     dataset: DatasetConfig = _f(None)
     beam: int = _f(1, "translation: beam size for decoding (1 = greedy)", ge=1, le=64)
     max_decode_len: int = _f(64, "translation: longest decoded output in tokens, beyond the source length", ge=1)
+    length_penalty: float = _f(1.0, "translation: beam scores are log-probability / length ** length_penalty", ge=0, le=10)
 
 
 # ---------------------------------------------------------------- model
@@ -65,7 +67,7 @@ class TaskConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     arch: str = _f("mlp_resnet", "architecture (nas-stab list)")
-    depth: int = _f(4, "layers (mlp), residual blocks (mlp_resnet), 6n+2 (resnet/resnext), conv layers (plainnet)", ge=1, le=10_000)
+    depth: int = _f(4, "layers (mlp), residual blocks (mlp_resnet), 6n+2 (resnet), 9n+2 (resnext), conv layers (plainnet)", ge=1, le=10_000)
     width: int = _f(128, "hidden width (MLPs) or base channels (CNNs)", ge=1, le=65_536)
     branches: int = _f(1, "C, parallel branches per residual block", ge=1, le=4096)
     branch_depth: int = _f(1, "b, layers in each residual branch (mlp_resnet)", ge=1, le=16)
@@ -73,6 +75,7 @@ class ModelConfig:
     aggregation_base: Number = _f(1, "C0: alpha = f(C / C0)", gt=0)
     alpha_scale: Number = _f(1.0, "multiplies alpha", gt=0)
     tau: Any = _f(1, "residual-branch scale: number, '1/L', '1/sqrt(L)', 'L^-p', or {init: ..., learnable: true}")
+    tau_learnable: bool = _f(False, "make tau learnable (the searchable form of tau: {init: ..., learnable: true})")
     skip: Literal["plain", "none", "xskip", "xskip_ln", "rskip_ln", "deepnorm"] = _f("plain")
     skip_lambda: Number = _f(1, "lambda of xskip / xskip_ln / rskip_ln")
     skip_norm: Literal["ln", "bn"] = _f("ln", "the Norm of xskip_ln / rskip_ln")
@@ -80,6 +83,8 @@ class ModelConfig:
     parametrization: Literal["weight", "path"] = _f("weight")
     init: Literal["kaiming", "fixup", "zero_last", "deepnorm", "stam_forward", "stam_update"] = _f("kaiming")
     dropout: float = _f(0.0, ge=0, lt=1)
+    ln_mode: Literal["chw", "channel"] = _f("chw", "LN in CNNs: chw = each sample over (channels, H, W), per-channel affine (GroupNorm, one group per branch); channel = over channels at each position")
+    scalar_bias: Optional[bool] = _f(None, "Fixup-style scalar biases in the residual branches, for normalization-free nets (the tau paper's CIFAR ResNets); default: on with init fixup")
     # transformer
     d_model: int = _f(128, ge=8, le=65_536)
     heads_per_branch: int = _f(1, ge=1, le=1024)
@@ -136,6 +141,7 @@ class StabilityConfig:
     hessian: bool = _f(True, "top Hessian eigenvalue at init and end")
     hessian_iters: int = _f(20, "power-iteration steps at most", ge=1, le=1000)
     hessian_tol: float = _f(1e-3, "relative tolerance of the power iteration", gt=0, lt=1)
+    hessian_every: int = _f(0, "steps between sharpness estimates during training (0 = only at init and end); taken at the snapshots whose step is a multiple of it (make it a multiple of every)", ge=0)
     divergence: DivergenceConfig = _f(None)
 
 
@@ -167,6 +173,7 @@ class RunnerConfig:
     concurrency: int = _f(1, "trials at once", ge=1, le=100_000)
     max_failures: int = _f(1, "retries of a trial whose worker died", ge=0, le=1000)
     checkpoint_every: int = _f(0, "steps between trial checkpoints (ray; 0 = none)", ge=0)
+    storage: Optional[str] = _f(None, "ray: where Tune keeps trial checkpoints, a path every node sees or s3://...; default <run dir>/ray")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""Stability probes (SPEC 4): forward norms, gradient norms, update ratio, divergence.
+"""Stability probes (SPEC 4): forward norms, gradient norms, update ratios,
+Hessian sharpness, divergence; and `nas-stab probe` (`probe_cmd`).
 
 All probes run on the task's fixed probe batch and leave the model, its
-BatchNorm running statistics and the optimizer exactly as they found them.
+BatchNorm running statistics, the gradients and the optimizer exactly as they
+found them.
 """
-from nas_stab.stability.divergence import DivergenceRule
-from nas_stab.stability.probes import Prober
+from nas_stab.stability.divergence import DivergenceRule, explain_nonfinite
+from nas_stab.stability.probes import Prober, probe_mode
 
-__all__ = ["DivergenceRule", "Prober"]
+__all__ = ["DivergenceRule", "Prober", "explain_nonfinite", "probe_mode"]

@@ -3,10 +3,19 @@
 A ranking pruner (median, ASHA) compares a NaN as false and lets a diverging
 trial run on (DESIGN.md section 3); this threshold rule on the latest value
 does not.
+
+When the run diverges on a non-finite value, `reason` (the trial's `error`)
+names the first non-finite quantity when it can be found, for example
+``non-finite gradient norm of blocks.3.branch.first (inf) at step 41; then
+non-finite loss (nan) at step 42``. See `explain_nonfinite`.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable, Optional
+
+# (quantity, its value, step offset relative to the step that detected it)
+Explanation = tuple[str, float, int]
 
 
 class DivergenceRule:
@@ -22,12 +31,17 @@ class DivergenceRule:
     def threshold(self) -> float | None:
         return None if self.initial is None else self.loss_factor * max(self.initial, 1e-12)
 
-    def check(self, loss: float, step: int, what: str = "loss") -> bool:
-        """Record `loss` at `step`; True (and remember why) if the run diverged."""
+    def check(self, loss: float, step: int, what: str = "loss",
+              explain: Optional[Callable[[], Optional[Explanation]]] = None) -> bool:
+        """Record `loss` at `step`; True (and remember why) if the run diverged.
+
+        `explain`, called only when the value is non-finite, finds the first
+        non-finite quantity behind it (see `explain_nonfinite`).
+        """
         if self.reason is not None:
             return True
         if not math.isfinite(loss):
-            return self.trip(step, f"non-finite {what} ({loss})")
+            return self.trip(step, self._nonfinite_reason(what, loss, step, explain))
         if self.initial is None:
             self.initial = loss
             return False
@@ -35,11 +49,26 @@ class DivergenceRule:
             return self.trip(step, f"loss {loss:.4g} > {self.loss_factor:g} x initial loss {self.initial:.4g}")
         return False
 
-    def check_finite(self, value: float, step: int, what: str) -> bool:
+    def check_finite(self, value: float, step: int, what: str,
+                     explain: Optional[Callable[[], Optional[Explanation]]] = None) -> bool:
         """Trip on a non-finite value of any other quantity (gradient norm, metric)."""
         if self.reason is None and not math.isfinite(value):
-            return self.trip(step, f"non-finite {what} ({value})")
+            return self.trip(step, self._nonfinite_reason(what, value, step, explain))
         return self.reason is not None
+
+    @staticmethod
+    def _nonfinite_reason(what: str, value: float, step: int, explain) -> str:
+        plain = f"non-finite {what} ({value})"
+        try:
+            found = explain() if explain is not None else None
+        except Exception:  # a diagnosis must never hide the divergence itself
+            found = None
+        if not found:
+            return plain
+        q, v, off = found
+        if off == 0:
+            return f"non-finite {q} ({_fmt(v)}) at step {step}, then {plain}"
+        return f"non-finite {q} ({_fmt(v)}) at step {step + off}; then {plain} at step {step}"
 
     def trip(self, step: int, reason: str) -> bool:
         self.step, self.reason = step, reason
@@ -50,3 +79,44 @@ class DivergenceRule:
 
     def load_state_dict(self, d: dict) -> None:
         self.initial, self.step, self.reason = d["initial"], d["step"], d["reason"]
+
+
+def _fmt(v: float) -> str:
+    return str(v) if not math.isfinite(v) else f"{v:.4g}"
+
+
+def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Optional[Explanation]:
+    """The first non-finite quantity behind a non-finite training loss.
+
+    Called when the loss of step s is non-finite, before that step's backward
+    pass, so `.grad` still holds step s-1's gradients. In computation order:
+
+    1. a gradient of step s-1 (the parameter nearest the output first, as the
+       backward pass produces them): ``gradient norm of <param>``, offset -1;
+    2. a parameter after step s-1's update (finite gradients but a non-finite
+       optimizer state or an overflowing update): ``parameter <param>``, offset -1;
+    3. the forward pass of step s on `batch`: ``forward output of blocks.<i>``
+       (the first residual block whose output is non-finite) or ``model output``,
+       offset 0.
+
+    None when nothing is found (the loss itself overflowed). `offset=0` when
+    called after step s's update (a non-finite validation metric): the
+    gradients and parameters are then step s's own.
+    """
+    import torch
+
+    named = [(n, p) for n, p in model.named_parameters()]
+    for n, p in reversed(named):
+        g = p.grad
+        if g is not None and not bool(torch.isfinite(g).all()):
+            return f"gradient norm of {n}", float(g.detach().float().norm()), offset
+    for n, p in named:
+        if not bool(torch.isfinite(p.detach()).all()):
+            return f"parameter {n}", float(p.detach().float().norm()), offset
+    if task is not None and batch is not None:
+        from nas_stab.stability.probes import first_nonfinite_block
+
+        found = first_nonfinite_block(model, lambda: task.forward(model, batch))
+        if found:
+            return found[0], found[1], 0
+    return None

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from nas_stab.models import build_model
-from nas_stab.stability import DivergenceRule, Prober
+from nas_stab.stability import DivergenceRule, Prober, explain_nonfinite
 from nas_stab.tasks import load_task
 from nas_stab.training.optim import build_optimizer, lr_factor, set_lr, total_steps
 
@@ -110,7 +110,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             batch = next(batches)
             loss = task.loss(model, batch)
             loss_value = loss.detach().item()
-            if rule.check(loss_value, step):
+            if rule.check(loss_value, step, explain=lambda: explain_nonfinite(model, task, batch)):
                 break
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -130,7 +130,8 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             if step % eval_every == 0 and step != total:
                 ev = task.evaluate(model, "val")
                 if any(not math.isfinite(v) for v in ev.values()):
-                    rule.trip(step, "non-finite validation metric")
+                    rule.check_finite(math.nan, step, "validation metric",
+                                      explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
                     break
                 metrics.update(ev)
                 metrics["train_loss"] = loss_value
@@ -158,7 +159,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         metrics.update(task.evaluate(model, "test"))
         metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
     if result.status in ("complete", "pruned"):
-        snap = _snapshot(prober, optimizer, spec, step, rule)
+        snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
         metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
         max_update = _max(max_update, snap.get("update_ratio"))
         history.setdefault(step, {"step": step}).update(snap)
@@ -172,9 +173,11 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     return result
 
 
-def _snapshot(prober: Prober, optimizer, spec, step: int, rule: DivergenceRule) -> dict[str, float]:
+def _snapshot(prober: Prober, optimizer, spec, step: int, rule: DivergenceRule, final: bool = False) -> dict[str, float]:
     """Stability metrics now; a non-finite value marks the run diverged (it is data)."""
-    snap = prober.snapshot(optimizer)
+    snap = prober.snapshot(optimizer, step, final=final)
+    if prober.nonfinite is not None:  # the first non-finite quantity, e.g. a block's output or a layer's gradient
+        rule.check_finite(prober.nonfinite[1], step, prober.nonfinite[0])
     lr = optimizer.param_groups[0]["lr"]
     if "sharpness" in snap:
         snap["lr_sharpness"] = lr * snap["sharpness"]

@@ -1,0 +1,109 @@
+"""Which knob values each vision architecture accepts, with the reason when not.
+
+Every check returns `((key path), reason)` for the first problem, or None.
+Pure Python (no torch): `nas-stab validate` runs these on every grid point.
+"""
+from __future__ import annotations
+
+from nas_stab.spec.schema import ModelConfig
+
+_DEFAULTS = ModelConfig()
+TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "enc_layers", "dec_layers",
+                    "head_dropout", "norm_position")
+SCALED_SKIPS = ("xskip", "xskip_ln", "rskip_ln")
+NORMED_SKIPS = ("xskip_ln", "rskip_ln", "deepnorm")
+
+
+def _bad(key: str, reason: str):
+    return ("model", key), reason
+
+
+def common(spec, *, conv: bool):
+    """Rules shared by every vision architecture."""
+    m = spec.model
+    for key in TRANSFORMER_KEYS:
+        if getattr(m, key) != getattr(_DEFAULTS, key):
+            return _bad(key, f"{key} applies to arch transformer only, not {m.arch}")
+    if conv:
+        d = spec.task.dataset
+        if d.name == "synthetic" and len(d.shape) != 3:
+            return ("task", "dataset", "shape"), f"{m.arch} is a CNN and needs image inputs (C, H, W); got shape {list(d.shape)}"
+    elif m.ln_mode != "chw":
+        return _bad("ln_mode", f"ln_mode: {m.ln_mode} chooses the LN of CNNs; {m.arch} has no spatial dimensions")
+    path = m.parametrization == "path" or m.norm == "path_bn"
+    if path:
+        if m.norm == "ln":
+            return _bad("norm", "LN mixes the units of a layer, so it is not positively scale-invariant per unit; "
+                                "the path parametrization takes norm none, bn or path_bn")
+        if m.init != "kaiming":
+            return _bad("init", f"init {m.init} is a weight-space init; in path space the diagonal path values start "
+                                "at 1 and the rest at the Kaiming default (Path-BN paper): use init kaiming")
+        if m.scalar_bias:
+            return _bad("scalar_bias", "scalar biases break the path-space reparameterization (bias-free ReLU chains)")
+    return None
+
+
+def plain(spec, *, conv: bool):
+    """mlp and plainnet: one stack of layers, no residual branches, no skips."""
+    m = spec.model
+    problem = common(spec, conv=conv)
+    if problem:
+        return problem
+    why = f"{m.arch} has no residual branches; use {'resnet' if conv else 'mlp_resnet'}"
+    if m.branches != 1:
+        return _bad("branches", why)
+    if m.branch_depth != 1:
+        return _bad("branch_depth", why)
+    for key in ("aggregation", "aggregation_base", "alpha_scale", "tau", "tau_learnable"):
+        if getattr(m, key) != getattr(_DEFAULTS, key):
+            return _bad(key, why)
+    if m.skip not in ("plain", "none"):
+        return _bad("skip", f"{m.arch} has no skip connections; skip {m.skip} needs a residual architecture")
+    if m.skip_lambda != 1:
+        return _bad("skip_lambda", f"{m.arch} has no skip connections")
+    if m.skip_norm != "ln":
+        return _bad("skip_norm", f"{m.arch} has no skip connections")
+    if m.init != "kaiming":
+        return _bad("init", f"init {m.init} initializes residual branches; {why}")
+    if m.scalar_bias:
+        return _bad("scalar_bias", why)
+    return None
+
+
+def residual(spec, *, conv: bool, b: int):
+    """mlp_resnet, resnet and resnext; b is the depth of one branch."""
+    m = spec.model
+    problem = common(spec, conv=conv)
+    if problem:
+        return problem
+    if m.skip_lambda != 1 and m.skip not in SCALED_SKIPS:
+        why = "deepnorm sets its own alpha from L" if m.skip == "deepnorm" else f"skip {m.skip} has no lambda"
+        return _bad("skip_lambda", f"skip_lambda applies to {', '.join(SCALED_SKIPS)}; {why}")
+    if m.skip_norm != "ln" and m.skip not in NORMED_SKIPS:
+        return _bad("skip_norm", f"skip_norm applies to {', '.join(NORMED_SKIPS)}; skip {m.skip} has no norm")
+    if m.skip == "deepnorm" and m.init not in ("kaiming", "deepnorm"):
+        return _bad("init", f"skip deepnorm sets DeepNet's init (beta); init {m.init} would override it: use kaiming or deepnorm")
+    if m.init == "fixup" and m.norm != "none":
+        return _bad("init", f"Fixup initializes normalization-free networks; set norm: none (got {m.norm})")
+    if m.scalar_bias and m.norm != "none":
+        return _bad("scalar_bias", f"scalar biases are for normalization-free networks; norm {m.norm} has its own shift")
+    if m.init == "stam_update" and b < 2:
+        return _bad("init", f"stam_update scales by (bC)^(-1/(2(b-1))) and needs branches of depth b >= 2; here b = {b}")
+    if (m.parametrization == "path" or m.norm == "path_bn") and b < 2:
+        return _bad("parametrization" if m.norm != "path_bn" else "norm",
+                    "a one-layer branch is its own path: path values equal the weights and Path-BN equals BN; "
+                    "use branch_depth >= 2")
+    return None
+
+
+def cifar_depth(spec, per_block: int):
+    """resnet: depth = 6n + 2; resnext: depth = 9n + 2 (3 stages of n blocks)."""
+    m = spec.model
+    layers = 3 * per_block
+    if m.depth < layers + 2 or (m.depth - 2) % layers:
+        near = max(1, round((m.depth - 2) / layers)) * layers + 2
+        return _bad("depth", f"{m.arch} needs depth = {layers}n + 2 (n blocks per stage, {per_block} layers per block), "
+                             f"e.g. {near}; got {m.depth}")
+    if m.branch_depth != 1:
+        return _bad("branch_depth", f"{m.arch} branches are fixed ({per_block} convolutions); branch_depth applies to mlp_resnet")
+    return None

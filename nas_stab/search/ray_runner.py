@@ -1,0 +1,283 @@
+"""The Ray runner (`runner.kind: ray`): the same trials as the local runner, on Ray Tune.
+
+The driver (this module, in the `nas-stab run` process) owns the Optuna study
+and the run directory; Ray workers only train (`nas_stab.search.ray_trial`)
+and send their records back through Tune results. One component,
+`nas_stab.search.ray_bridge.OptunaBridge`, is both Tune's searcher (Optuna
+asks, from the YAML space) and its scheduler (divergence rule, then Optuna's
+pruner), so every trial ends COMPLETE, PRUNED or FAIL in the study.
+
+Resuming is the same as for the local runner: a rerun skips every run whose
+key is in trials.csv, closes trials a killed driver left RUNNING as FAIL
+(status interrupted), and trains the rest. Tune's own experiment state is
+scratch: each `run_ray` call is a fresh Tune experiment under
+``runner.storage`` (default ``<run dir>/ray``), removed when it ends cleanly.
+
+Example:
+    >>> # nas-stab run spaces/quickstart.yaml --runner ray            # a local Ray
+    >>> # nas-stab run spaces/quickstart.yaml --runner ray --address auto   # join a cluster
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from nas_stab.errors import RunError
+from nas_stab.search import plan
+from nas_stab.search.optuna_study import create_study
+
+RAY_TESTED = "2.60."  # Searcher and TrialScheduler are Ray developer APIs: see tests/test_ray_traps.py
+PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
+
+
+def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None) -> dict:
+    """Run every pending trial of `spec` on Ray Tune into run directory `rd`. Returns status counts.
+
+    `run_fn` replaces `plan.run_job` in the workers (tests use toy runs).
+    """
+    storage = spec.search.storage or rd.storage_url
+    study = create_study(spec, storage)
+    closed = plan.cleanup_study(study)
+    if closed:
+        rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
+    rows = {r["key"]: r for r in rd.read_trials()}
+    searched = spec.space.keys
+
+    if spec.search.sampler == "grid":
+        jobs = plan.grid_jobs(spec)
+        if trials is not None:
+            jobs = jobs[:trials]
+        pending = [j for j in jobs if j.key not in rows]
+        total, n_trials = len(jobs), len(pending)
+    else:
+        from optuna.trial import TrialState
+
+        target = trials if trials is not None else spec.search.trials
+        finished = [
+            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+            if t.user_attrs.get("status") != plan.INTERRUPTED
+        ]
+        pending, n_trials = None, max(0, target - len(finished))
+        total = target * len(spec.seeds)
+
+    progress = plan.Progress(spec, total, stream=progress_stream)
+    for r in rows.values():
+        progress.add_existing(r)
+
+    def on_finish(new_rows: list[dict], results) -> None:
+        for row, res in zip(new_rows, results):
+            rows[row["key"]] = row
+            rd.write_history(row["run_id"], res.history)
+        rd.write_trials(list(rows.values()), searched, spec.task.kind)
+        for row in new_rows:
+            rd.log(progress.update(row))
+
+    if n_trials:
+        _run_tune(spec, rd, study, pending, n_trials, on_finish, run_fn)
+    counts: dict[str, int] = {}
+    for r in rows.values():
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> None:
+    with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as record_pids:
+        import ray
+        from ray import tune
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from nas_stab.search.ray_bridge import OptunaBridge
+        from nas_stab.search.ray_trial import Board, trial_main
+
+        r = spec.runner
+        res = trial_resources(r)
+        _check_fits(res, started_here=record_pids is not _NOTHING, log=rd.log)
+        threads = spec.train.threads or max(1, int(res["cpu"]))
+        board = (
+            ray.remote(num_cpus=0)(Board)
+            .options(scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
+            .remote()
+        )
+        bridge = OptunaBridge(
+            spec, study, jobs=pending, n_trials=n_trials, on_finish=on_finish, board=board, log=rd.log,
+            offset=_steps_hint(spec), trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every},
+        )
+        fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
+        fn = tune.with_resources(fn, {k: v for k, v in res.items() if v})
+        name = f"{spec.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+        storage_path = r.storage or str(rd.path / "ray")
+        if not r.storage:
+            # Tune experiments of earlier interrupted runs are scratch: nas_stab resumes from trials.csv
+            for old in (rd.path / "ray").glob(f"{spec.name}-*"):
+                shutil.rmtree(old, ignore_errors=True)
+        tuner = tune.Tuner(
+            fn,
+            tune_config=tune.TuneConfig(
+                search_alg=bridge.searcher,
+                scheduler=bridge.scheduler,
+                num_samples=n_trials,
+                max_concurrent_trials=r.concurrency,
+                reuse_actors=True,
+                trial_name_creator=lambda t: f"trial_{t.trial_id}",
+                trial_dirname_creator=lambda t: t.trial_id,
+            ),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=storage_path,
+                failure_config=tune.FailureConfig(max_failures=r.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                verbose=0,
+            ),
+        )
+        rd.log(f"ray: {n_trials} trial(s), {res} per trial, concurrency {r.concurrency}, tune experiment {storage_path}/{name}")
+        clean = False
+        record_pids()  # the raylet's agents exist by now
+        try:
+            with _quiet_tune():
+                tuner.fit()
+            clean = not bridge.live and bridge.started == n_trials and not bridge.interrupted
+        finally:
+            left = bridge.close_unfinished()
+            if left:
+                rd.log(f"closed {left} unfinished trial(s) as interrupted; rerun to train them")
+            with contextlib.suppress(Exception):
+                ray.kill(board)
+        if clean:
+            exp = Path(storage_path) / name
+            if "://" not in storage_path and exp.is_dir():
+                shutil.rmtree(exp, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    Path(storage_path).rmdir()  # only if empty
+        else:
+            # Tune stopped early (Ctrl-C reaches Tune's own handler): tell the CLI it was interrupted
+            raise KeyboardInterrupt()
+
+
+def _check_fits(res: dict, *, started_here: bool, log: Callable) -> None:
+    """A trial that fits on no node would wait forever: refuse on a local Ray, warn on a cluster
+    (an autoscaling cluster may still add such nodes)."""
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("CPU", 0) >= res["cpu"] and n.get("GPU", 0) >= res["gpu"] for n in nodes):
+        return
+    have = ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes) or "no nodes"
+    msg = f"runner.resources asks {res['cpu']:g} CPU and {res['gpu']:g} GPU per trial, but no Ray node has that ({have})"
+    if started_here:
+        raise RunError(msg + "; lower runner.resources or join a cluster with --address")
+    log(f"warning: {msg}; trials wait until the cluster adds such a node")
+
+
+def trial_resources(runner) -> dict:
+    """Per-trial resources, with the documented default {cpu: 1, gpu: 0}."""
+    res = {"cpu": 1.0, "gpu": 0.0}
+    for k, v in (runner.resources or {}).items():
+        res[k] = float(v)
+    return res
+
+
+def _NOTHING() -> None:
+    """The record function when this driver did not start the Ray it uses."""
+
+
+@contextlib.contextmanager
+def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
+    """Use the Ray this process is already connected to, join `runner.address`, or start a local Ray.
+
+    A Ray started or joined here is shut down on exit (a cluster we joined keeps running).
+    Yields a function that records the processes of a local Ray started here in `pid_file`,
+    so that a rerun after a SIGKILL ends the ones Ray leaves behind (`ray_procs`).
+    """
+    import ray
+
+    from nas_stab.search import ray_procs
+
+    nothing = _NOTHING
+
+    if not ray.__version__.startswith(RAY_TESTED):
+        log(f"warning: nas_stab's Ray runner is tested with Ray {RAY_TESTED}x; this is Ray {ray.__version__}")
+    addr = runner.address
+    if addr and addr.startswith("ray://"):
+        raise RunError(
+            f"runner.address {addr!r}: Ray Client runs Tune's driver loop on the head node, away from this run "
+            "directory and study. Run nas-stab on the cluster instead: `ray job submit --address http://HEAD:8265 "
+            "--working-dir . -- nas-stab run SPEC --runner ray --address auto` (see runners/README.md)"
+        )
+    if pid_file is not None:
+        ended = ray_procs.end_orphans(pid_file)
+        if ended:
+            log(f"ray: ended {ended} process(es) left by the local Ray of a killed run")
+    if ray.is_initialized():
+        yield nothing
+        return
+    from nas_stab.search.ray_loopback import init_ray
+
+    record = nothing
+    if addr:
+        try:
+            init_ray(addr)
+        except ConnectionError as e:
+            raise RunError(
+                f"cannot join the Ray cluster at {addr!r}: {e}. Is it running (`ray status --address {addr}`)? "
+                "Clusters started with `ray start` use Ray's token authentication by default: "
+                "export RAY_AUTH_MODE=token (the token is ~/.ray/auth_token, or set RAY_AUTH_TOKEN)"
+            ) from None
+        log(f"ray: joined the cluster at {addr} ({_cluster_summary(ray)})")
+    else:
+        init_ray(None, num_cpus=os.cpu_count() or 1)
+        log(f"ray: started a local Ray on 127.0.0.1 ({_cluster_summary(ray)})")
+        if pid_file is not None:
+            def record() -> None:
+                ray_procs.record(pid_file)
+
+            record()
+    try:
+        yield record
+    finally:
+        ray.shutdown()
+        if pid_file is not None and record is not nothing:
+            pid_file.unlink(missing_ok=True)
+
+
+def _cluster_summary(ray) -> str:
+    res = ray.cluster_resources()
+    nodes = len([n for n in ray.nodes() if n.get("Alive")])
+    return f"{nodes} node(s), {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU"
+
+
+@contextlib.contextmanager
+def _quiet_tune():
+    """No per-trial result.json/progress.csv/TensorBoard files: the driver writes the records."""
+    import logging
+
+    keys = {
+        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+        "RAY_AIR_NEW_OUTPUT": "0",
+        # frequent trial checkpoints force small experiment-state snapshots; that is fine, do not warn
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    }
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    # without those files, Tune's result grid warns that it found no metrics: nas_stab does not use it
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = analysis.level
+    analysis.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        analysis.setLevel(level)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _steps_hint(spec) -> int:
+    """Step offset between seeds of one trial in Optuna's intermediate values (as the local runner)."""
+    t = spec.train
+    return t.steps if t.steps is not None else 10**7

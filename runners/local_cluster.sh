@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A multi-node Ray cluster on one machine, on loopback (127.0.0.1) only: a head node and
+# N worker nodes, each its own raylet started with `ray start`.
+#
+#   runners/local_cluster.sh [N_WORKERS] [CPUS_PER_NODE]     start (defaults: 1 worker, 1 CPU per node)
+#   runners/local_cluster.sh stop DIR                        stop the cluster started with Ray temp dir DIR
+#
+# Prints the address to pass to `nas-stab run SPEC --runner ray --address 127.0.0.1:PORT` and the
+# exact stop command. The cluster gets its own Ray temp dir, so `stop` ends only this cluster's
+# processes (by id), never another Ray on the machine (it does not use `ray stop`).
+#
+# Environment: PYTHON (default: python3 of the active environment), RAY_PORT (default: a free port),
+# HEAD_CPUS (default: CPUS_PER_NODE; set 0 to keep trials off the head node).
+#
+# Ray 2.60 rewrites 127.0.0.1 to the machine's network address when a node joins; the nodes are
+# started through `python -m nas_stab.search.ray_loopback`, which is the `ray` command line
+# without that rewrite, so everything stays on loopback.
+set -euo pipefail
+
+PY=${PYTHON:-python3}
+
+stop_cluster() {
+    local dir=$1
+    [ -d "$dir" ] || { echo "no such Ray temp dir: $dir" >&2; exit 2; }
+    local pids="" kids="" p
+    # the cluster's processes name their session dir on their command lines; their children (the
+    # raylets' agents and workers) do not, so they are found by parent id
+    for p in $(pgrep -f -- "$dir/session" || true); do
+        [ "$p" != "$$" ] && pids="$pids $p"
+    done
+    for p in $pids; do kids="$kids $(pgrep -P "$p" || true)"; done
+    [ -n "${pids// /}" ] || { echo "no running processes for $dir"; rm -rf "$dir"; exit 0; }
+    kill $pids $kids 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        alive=""
+        for p in $pids $kids; do [ -e "/proc/$p" ] && ! grep -q ') Z' "/proc/$p/stat" 2>/dev/null && alive="$alive $p"; done
+        [ -z "$alive" ] && break
+        sleep 0.5
+    done
+    [ -n "${alive:-}" ] && kill -9 $alive 2>/dev/null || true
+    rm -rf "$dir"
+    echo "stopped the Ray cluster in $dir"
+}
+
+if [ "${1:-}" = "stop" ]; then
+    stop_cluster "${2:?usage: $0 stop DIR}"
+    exit 0
+fi
+
+N=${1:-1}
+CPUS=${2:-1}
+HEAD_CPUS=${HEAD_CPUS:-$CPUS}
+PORT=${RAY_PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+DIR=$(mktemp -d /tmp/nas-ray-XXXXXX)  # short: Ray's socket paths live under it
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}  # Ray 2.60's token auth; the token is ~/.ray/auth_token
+RAY=("$PY" -m nas_stab.search.ray_loopback)
+COMMON=(--node-ip-address=127.0.0.1 --temp-dir="$DIR" --disable-usage-stats)
+
+"${RAY[@]}" start --head --port="$PORT" --num-cpus="$HEAD_CPUS" --include-dashboard=false "${COMMON[@]}" >"$DIR/head.log" 2>&1 \
+    || { cat "$DIR/head.log" >&2; stop_cluster "$DIR"; exit 1; }
+for i in $(seq 1 "$N"); do
+    "${RAY[@]}" start --address="127.0.0.1:$PORT" --num-cpus="$CPUS" "${COMMON[@]}" >"$DIR/worker-$i.log" 2>&1 \
+        || { cat "$DIR/worker-$i.log" >&2; stop_cluster "$DIR"; exit 1; }
+done
+
+cat <<MSG
+Ray cluster on loopback: head + $N worker node(s), $CPUS CPU(s) per worker, $HEAD_CPUS on the head
+address: 127.0.0.1:$PORT
+
+  export RAY_AUTH_MODE=token RAY_ADDRESS=127.0.0.1:$PORT   # then --address auto also finds it
+  nas-stab run spaces/quickstart.yaml --runner ray --address 127.0.0.1:$PORT --set runner.concurrency=$(( N * CPUS + HEAD_CPUS ))
+
+stop it with:
+  $0 stop $DIR
+MSG

@@ -1,0 +1,187 @@
+"""Shared pieces of the Ray runner tests (imported by tests/test_ray_*.py).
+
+Ray clusters here are small (1-2 CPUs per node), on loopback only, and always
+shut down. A test module imports the fixtures it needs:
+
+    from conftest_ray import ray_local, postgres_url  # noqa: F401 (fixtures)
+"""
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TINY
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+
+def spec_text(base: str = TINY, **sections) -> str:
+    """TINY (tests/conftest.py) with whole sections replaced or merged: spec_text(search={...})."""
+    data = yaml.safe_load(base)
+    for k, v in sections.items():
+        if isinstance(v, dict) and isinstance(data.get(k), dict) and k != "space":
+            data[k] = {**data[k], **v}
+        else:
+            data[k] = v
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def rows(run_dir) -> list[dict]:
+    with open(Path(run_dir) / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def run_ray_text(text: str, out: Path, **kw):
+    """Load `text`, run it with the Ray runner into `out`; (spec, run dir, counts)."""
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.ray_runner import run_ray
+    from nas_stab.spec import loads_spec
+
+    spec = loads_spec(text)
+    with RunDir.open(out, spec) as rd:
+        counts = run_ray(spec, rd, **kw)
+    return spec, Path(out) / spec.name, counts
+
+
+def study_of(spec, run_dir, storage: str | None = None):
+    import optuna
+
+    from nas_stab.search.optuna_study import make_storage
+
+    url = storage or f"sqlite:///{Path(run_dir) / 'study.db'}"
+    return optuna.load_study(study_name=spec.name, storage=make_storage(url))
+
+
+def start_local_ray(num_cpus: int = 2):
+    from nas_stab.search.ray_loopback import init_ray
+
+    init_ray(None, num_cpus=num_cpus)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray with 2 CPUs for the whole test module, shut down after it."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    start_local_ray(2)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_two_nodes():
+    """A two-node Ray cluster on loopback (ray.cluster_utils.Cluster), 1 CPU per node.
+
+    Yields (cluster, worker_node). Fast failure detection, so a killed node is noticed in seconds.
+    """
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1",
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4,
+                               "health_check_initial_delay_ms": 0},
+        },
+    )
+    worker = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    from nas_stab.search.ray_loopback import init_ray
+
+    init_ray(cluster.address)
+    try:
+        yield cluster, worker
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (d / name).exists():
+            return str(d / name)
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """A throwaway PostgreSQL server on 127.0.0.1 (initdb into a temp dir), or skip.
+
+    CI installs the server with `apt-get install -y postgresql`. As root, the
+    server runs as user `nobody` (initdb refuses root).
+    """
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found; CI installs them with apt-get install -y postgresql")
+    pytest.importorskip("psycopg2")
+    base = Path(tempfile.mkdtemp(prefix="nas-pg-", dir="/tmp"))
+    data, sock = base / "data", base / "sock"
+    sock.mkdir()
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        if not runuser:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as an unprivileged user")
+        as_user = [runuser, "-u", "nobody", "--"]
+        shutil.chown(base, "nobody")
+        shutil.chown(sock, "nobody")
+    port = _free_port()
+    env = dict(os.environ, LC_ALL="C", LANG="C")
+    r = subprocess.run(as_user + [initdb, "-D", str(data), "-U", "nas", "--auth=trust", "-E", "UTF8", "--no-sync"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"initdb failed: {r.stderr.strip()[-300:]}")
+    opts = f"-k {sock} -h 127.0.0.1 -p {port} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    r = subprocess.run(as_user + [pg_ctl, "-D", str(data), "-o", opts, "-l", str(base / "pg.log"), "-w", "-t", "60", "start"],
+                       capture_output=True, text=True, env=env, timeout=90)
+    if r.returncode != 0:
+        log = (base / "pg.log").read_text() if (base / "pg.log").exists() else ""
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"pg_ctl start failed: {r.stderr.strip()[-300:]} {log[-500:]}")
+    try:
+        import psycopg2
+
+        deadline = time.time() + 30
+        while True:
+            try:
+                conn = psycopg2.connect(host="127.0.0.1", port=port, user="nas", dbname="postgres")
+                break
+            except psycopg2.OperationalError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.3)
+        conn.autocommit = True
+        conn.cursor().execute("CREATE DATABASE nas_stab")
+        conn.close()
+        yield f"postgresql+psycopg2://nas@127.0.0.1:{port}/nas_stab"
+    finally:
+        subprocess.run(as_user + [pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], capture_output=True, env=env, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,99 @@
+"""`nas-stab probe`: a table and muP-style plots for every configuration, nothing else touched."""
+import csv
+
+import pytest
+
+from conftest import run_cli
+from nas_stab.errors import SpecError
+from nas_stab.spec import loads_spec
+from nas_stab.stability.probe_cmd import probe_points, run_probe
+
+PROBE = """\
+name: probe-tiny
+seeds: [3, 4]
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 16, branch_depth: 2}
+train: {lr: 0.05, batch_size: 32, steps: 20}
+stability: {probe_batch: 64, hessian: true, hessian_iters: 6}
+space:
+  model.branches: [1, 4]
+  model.aggregation: [sum, stam]
+  train.lr: [0.01, 0.1]
+leaderboard: {transfer: model.branches, compare: [model.aggregation]}
+"""
+
+
+def read(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
+    run_dir = tmp_path / "probe-tiny"
+    run_dir.mkdir()
+    kept = {"trials.csv": "trial,seed\n", "study.db": "x", "spec.yaml": "name: probe-tiny\n"}
+    for n, text in kept.items():
+        (run_dir / n).write_text(text)
+    assert run_probe(loads_spec(PROBE), steps=2, out_root=tmp_path) == 0
+    for n, text in kept.items():
+        assert (run_dir / n).read_text() == text  # a run's files are never touched
+    rows = read(run_dir / "probe.csv")
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    cols = rows[0].keys()
+    for c in ("model.branches", "model.aggregation", "train.lr", "init_fwd_ratio", "init_grad_ratio", "init_update_ratio",
+              "init_sharpness", "init_lr_sharpness", "final_fwd_ratio", "final_update_ratio", "final_sharpness",
+              "init_fwd_norm.0", "init_fwd_norm.1"):
+        assert c in cols, c
+    # the learning rate does not change the network at init, only the update
+    by = {(r["model.branches"], r["model.aggregation"], r["train.lr"]): r for r in rows}
+    a, b = by[("4", "sum", "0.01")], by[("4", "sum", "0.1")]
+    assert a["init_fwd_ratio"] == b["init_fwd_ratio"] and a["init_sharpness"] == b["init_sharpness"]
+    assert float(b["init_update_ratio"]) > float(a["init_update_ratio"])
+    assert float(by[("4", "sum", "0.01")]["init_fwd_ratio"]) > float(by[("4", "stam", "0.01")]["init_fwd_ratio"])
+    md = (run_dir / "probe.md").read_text()
+    assert "| # | model.branches | model.aggregation | train.lr | status |" in md and "seed 3" in md
+    assert md in capsys.readouterr().out  # printed too
+    plots = sorted(p.name for p in (run_dir / "plots").iterdir())
+    assert "probe_fwd_norm.png" in plots and "probe_init_update_ratio.png" in plots and "probe_final_sharpness.png" in plots
+    for p in (run_dir / "plots").iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(x.name for x in run_dir.iterdir()) == sorted(["plots", "probe.csv", "probe.md", *kept])
+
+
+def test_continuous_dimensions_are_probed_at_a_few_points():
+    spec = loads_spec(PROBE.replace("train.lr: [0.01, 0.1]", "train.lr: {loguniform: [0.001, 0.1]}")
+                      .replace("leaderboard:", "search: {sampler: random, trials: 4}\nleaderboard:"))
+    points, notes = probe_points(spec)
+    assert len(points) == 12
+    assert sorted({p["train.lr"] for p in points}) == pytest.approx([0.001, 0.01, 0.1])
+    assert notes and "train.lr" in notes[0]
+
+
+def test_negative_steps_is_bad_input(tmp_path):
+    with pytest.raises(SpecError):
+        run_probe(loads_spec(PROBE), steps=-1, out_root=tmp_path)
+
+
+def test_cli_probe_exit_codes(tmp_path, capsys):
+    from nas_stab.cli import main
+
+    spec = tmp_path / "p.yaml"
+    spec.write_text(PROBE.replace("  train.lr: [0.01, 0.1]\n", ""))
+    assert main(["probe", str(spec), "--out", str(tmp_path / "out"), "--set", "stability.hessian=false"]) == 0
+    out = capsys.readouterr().out
+    assert "| # | model.branches |" in out and (tmp_path / "out" / "probe-tiny" / "probe.md").exists()
+    assert "init_sharpness" not in out
+    assert main(["probe", str(spec), "--steps", "-2", "--out", str(tmp_path / "out")]) == 2
+    assert "--steps" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PROBE.replace("width: 16", "widht: 16"))
+    assert main(["probe", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert "did you mean 'width'" in capsys.readouterr().err
+
+
+def test_cli_probe_subprocess(tmp_path):
+    """The installed entry point, once: exit code 2 and no traceback on bad input."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PROBE.replace("width: 16", "widht: 16"))
+    r = run_cli("probe", bad, cwd=tmp_path)
+    assert r.returncode == 2 and "did you mean 'width'" in r.stderr and "Traceback" not in r.stderr

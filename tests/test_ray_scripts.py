@@ -1,0 +1,59 @@
+"""runners/: the loopback cluster script end to end; the SLURM script and the `ray up` file checked."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TINY, run_cli
+from conftest_ray import rows, spec_text, study_of
+
+RUNNERS = Path(__file__).resolve().parents[1] / "runners"
+
+
+@pytest.mark.parametrize("script", ["local_cluster.sh", "slurm_ray.sbatch"])
+def test_shell_scripts_parse(script):
+    r = subprocess.run(["bash", "-n", str(RUNNERS / script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_ray_up_cluster_file_is_valid():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    cfg = yaml.safe_load((RUNNERS / "ray_cluster_gpu.yaml").read_text())
+    validate_config(prepare_config(cfg))
+    assert any("pip install -e ~/nas_stab" in c for c in cfg["setup_commands"])
+    assert cfg["available_node_types"]["head"]["resources"] == {"CPU": 0}
+
+
+@pytest.mark.slow
+def test_local_cluster_script_runs_an_experiment(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token")
+    start = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "1", "1"], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert start.returncode == 0, start.stderr + start.stdout
+    address = re.search(r"^address: (\S+)$", start.stdout, re.M).group(1)
+    tmp_dir = re.search(r"local_cluster\.sh stop (\S+)", start.stdout).group(1)
+    assert address.startswith("127.0.0.1:")
+    try:
+        spec = tmp_path / "tiny.yaml"
+        spec.write_text(spec_text(TINY, space={"train.lr": [0.01, 0.05]}, train={"threads": 1}))
+        r = run_cli("run", spec, "--out", tmp_path / "runs", "--runner", "ray", "--address", address,
+                    "--set", "runner.concurrency=2", env={"RAY_AUTH_MODE": "token"}, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        d = tmp_path / "runs" / "tiny"
+        assert [x["status"] for x in rows(d)] == ["complete", "complete"]
+        from nas_stab.spec import loads_spec
+
+        study = study_of(loads_spec(spec.read_text()), d)
+        assert len({t.user_attrs["ray_node"] for t in study.trials}) == 2, "both nodes trained"
+        assert f"joined the cluster at {address}" in (d / "log.txt").read_text()
+    finally:
+        stop = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "stop", tmp_dir], capture_output=True,
+                              text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    left = subprocess.run(["pgrep", "-f", f"{tmp_dir}/session"], capture_output=True, text=True).stdout.split()
+    assert not left and not Path(tmp_dir).exists()
