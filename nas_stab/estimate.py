@@ -18,6 +18,9 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
     from nas_stab.training.loop import pick_device
     from nas_stab.training.optim import build_optimizer, total_steps
 
+    import os
+
+    torch.set_num_threads(t.threads or max(1, os.cpu_count() or 1))  # as the local runner does
     device = pick_device(t.device)
     torch.manual_seed(0)
     task = load_task(spec, 0, device)

@@ -135,7 +135,7 @@ def test_one_size_one_row_one_seed(tmp_path):
     d = make_run(tmp_path, grid_rows({(None, None, 0.1): [0.5], (None, None, 0.3): [0.7]}), spec=spec)
     paths = build_leaderboard([d], formats="md,html,tex,csv", out_dir=tmp_path / "out")
     md = paths["md"].read_text()
-    assert "| 1 | all | yes |" in md
+    assert "| 1 | all | n/a |" in md  # no transfer axis: transfers does not apply
     assert (tmp_path / "out" / "plots" / "lr_transfer.png").is_file()
 
 

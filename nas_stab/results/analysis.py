@@ -291,7 +291,7 @@ def analyze(
     sign = 1.0 if direction == "maximize" else -1.0
     status = df["status"].astype(str).str.strip().str.lower().to_numpy()
     value = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float)
-    finite = np.isfinite(value)
+    finite = np.isfinite(value) & (np.abs(value) < 1e300)  # beyond 1e300 a mean over seeds can overflow: treat as non-finite
     complete = status == "complete"
     ok = complete & finite
     threshold: float | None = None
@@ -299,6 +299,7 @@ def analyze(
         pool = value[ok] if ok.any() else value[finite]
         top = float(pool.max()) if pool.size else 1.0
         threshold = top * float(loss_factor) if top > 0 else top
+        threshold = min(threshold, 1e300)  # means over seeds must not overflow near the float maximum
     worst = metrics.worst_value(metric, threshold)
 
     seed_codes, _ = _codes(df["seed"])
@@ -340,6 +341,10 @@ def analyze(
     drift_lo, drift_hi = _bootstrap_drift(per_seed, cells, sign, lr_float, n_boot, ci, boot_seed)
     rows["lr_drift_lo"] = drift_lo.reindex(rows.index).to_numpy()
     rows["lr_drift_hi"] = drift_hi.reindex(rows.index).to_numpy()
+    if not transfer:  # one size: there is nothing for a learning rate to transfer across
+        rows.loc[:, ["lr_drift", "lr_drift_lo", "lr_drift_hi", "transfer_regret", "worst_regret"]] = np.nan
+        rows["transfers"] = "n/a"
+        notes.append("no leaderboard.transfer axis: lr_drift, regrets and transfers do not apply")
 
     # labels, sizes and ranking
     rows = rows.reset_index()

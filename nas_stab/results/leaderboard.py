@@ -16,8 +16,6 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -26,6 +24,7 @@ import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.errors import RunError, SpecError
+from nas_stab.results.rundir import atomic_write
 from nas_stab.results import formats as _formats
 from nas_stab.results.analysis import Analysis, analyze, fill_base, lookup
 
@@ -202,26 +201,6 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
 
 
 # ---------------------------------------------------------------- writing
-
-
-def atomic_write(path: Path, data: str | bytes) -> Path:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
 
 
 def _parse_formats(formats: str | Iterable[str]) -> list[str]:

@@ -37,20 +37,30 @@ FIXED_HEAD = ["trial", "seed", "status", "objective"]
 FIXED_TAIL = ["max_update_ratio", "steps", "wall_s", "diverged_step", "error", "run_id", "key", "optuna_trial"]
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write then rename: a reader never sees a half-written file."""
+def atomic_write(path: Path, data: str | bytes) -> Path:
+    """Write then rename: a reader never sees a half-written file. The file gets
+    the usual permissions (0666 minus the umask), not mkstemp's private 0600."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with _suppress():
             os.unlink(tmp)
         raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class _suppress:
