@@ -49,7 +49,7 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
             try:
                 result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(ot, spec.search.objective))
             except BaseException:
-                plan.tell(study, ot, "failed", None, plan.INTERRUPTED)
+                plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
                 raise
             if tb:
                 rd.log(f"{job.run_id} failed:\n{tb}")
@@ -85,7 +85,7 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
                     if result.status != "complete":
                         break  # a pruned, diverged or failed seed ends the trial
             except BaseException:
-                plan.tell(study, ot, "failed", None, plan.INTERRUPTED + "\n" + traceback.format_exc(limit=2))
+                plan.tell(study, ot, plan.INTERRUPTED, None, traceback.format_exc(limit=2))
                 raise
             status = plan.trial_status(results)
             plan.tell(study, ot, status, plan.run_value(spec, results), "; ".join(r.error for r in results if r.error))

@@ -113,4 +113,5 @@ def make_storage(url: str) -> Any:
         return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal://"):]))
     if url.startswith("sqlite"):
         return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    # no heartbeat: only the driver asks and tells, and it closes what it opened
+    return optuna.storages.RDBStorage(url)

@@ -89,7 +89,6 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     if state is not None:  # resume a run whose worker died
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
         rule.load_state_dict(state["rule"])
         history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
@@ -101,7 +100,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         history[0] = {"step": 0, "lr": optimizer.param_groups[0]["lr"], **snap}
 
     batches = task.train_batches(gen)
-    for _ in range(start):  # replay the batch order up to the checkpoint
+    for _ in range(start):  # replay the batch order (and its RNG draws) from the seed up to the checkpoint
         next(batches)
     step = start
     try:
