@@ -326,3 +326,89 @@ def test_never_crashes(rows, metric):
     assert ((a.rows["lr_drift"] >= 0) | a.rows["lr_drift"].isna()).all() and (a.rows["stable_octaves"] >= 0).all()
     assert set(a.rows["transfers"]) <= {"yes", "no", "n/a"}
     assert a.rows["rank"].tolist() == list(range(1, len(a.rows) + 1))
+
+
+# ---------------------------------------------------------------- sizes where nothing trained (issue 7)
+
+# Two seeds per cell, 0.1 apart (std 0.0707): the seed-to-seed spread is wide enough that the
+# regrets below are "within the spread", so only the dead size decides `transfers`.
+def _wide(v):
+    return [v + 0.05, v - 0.05]
+
+
+def test_size_that_diverged_everywhere_has_no_best_lr():
+    t = {}
+    for s in (1, 2, 4):
+        for lr, v in ((0.1, 0.5), (0.2, 0.9), (0.4, 0.6)):
+            t[("a", s, lr)] = _wide(v)
+    t[("a", 4, 0.4)] = _wide(0.92)  # size 4 prefers 0.4: d(4) = .92 - .90 = .02
+    for lr in (0.1, 0.2, 0.4):
+        t[("a", 8, lr)] = ["diverged", "diverged"]  # size 8: every run diverged
+    a = analyze(pd.DataFrame(grid_rows(t)), transfer="model.branches", compare=["model.aggregation"], metric="val_acc")
+    r = _row(a, "a")
+    # best_lr: 1 -> .2, 2 -> .2, 4 -> .4, 8 -> none (a tie of worst values is no optimum)
+    assert r["best_lrs"][:3] == ((1, 0.2), (2, 0.2), (4, 0.4))
+    assert r["best_lrs"][3][0] == 8 and math.isnan(r["best_lrs"][3][1])
+    assert r["no_best_lr"] == ((8, "diverged"),)
+    assert r["lr_drift"] == pytest.approx(1.0)  # sizes 1, 2, 4 only
+    # SPEC 5: m(8, lr) = 0 at every lr, so d(8) = m(8, best) - m(8, .2) = 0 - 0 = 0 and it counts:
+    # transfer_regret = (0 + 0 + .02 + 0) / 4 sizes, worst .02
+    assert r["regret_sizes"] == 4
+    assert r["transfer_regret"] == pytest.approx(0.02 / 4)
+    assert r["worst_regret"] == pytest.approx(0.02)
+    # drift 1 <= grid step 1 and .02 <= spread: the regrets alone would say "yes", but no lr of the
+    # grid trains at size 8 -> the lr does not transfer
+    assert r["worst_regret"] <= r["spread"]
+    assert r["transfers"] == "no"
+    assert r["best"] == pytest.approx(0.92) and r["best_size"] == 4
+    assert any("no best lr" in n for n in a.settings.notes)
+
+
+def test_size_where_every_run_failed_is_na_not_diverged():
+    t = {(None, s, lr): _wide(v) for s in (1, 2) for lr, v in ((0.1, 0.5), (0.2, 0.9))}
+    t.update({(None, 4, 0.1): ["failed", "pruned"], (None, 4, 0.2): ["diverged", "failed"]})
+    a = analyze(pd.DataFrame(grid_rows(t)), transfer="model.branches", metric="val_acc")
+    r = a.rows.iloc[0]
+    assert r["no_best_lr"] == ((4, "n/a"),)  # not every run diverged: no best lr, for another reason
+    assert math.isnan(r["best_lrs"][2][1])
+    assert r["transfers"] == "no"
+
+
+def test_reference_size_without_a_best_lr_has_no_regret():
+    # the smallest size (the reference) diverged at every lr: best_lr(s_ref) does not exist, so
+    # m(s, best_lr(s_ref)) is undefined at every size -> no regret (the old code took the
+    # tie-break lr 0.1 and reported d(2) = .9 - .5 = .4)
+    t = {("a", 1, lr): ["diverged", "diverged"] for lr in (0.1, 0.2)}
+    t.update({("a", s, lr): _wide(v) for s in (2, 4) for lr, v in ((0.1, 0.5), (0.2, 0.9))})
+    a = analyze(pd.DataFrame(grid_rows(t)), transfer="model.branches", compare=["model.aggregation"], metric="val_acc")
+    r = _row(a, "a")
+    assert r["reference_size"] == 1
+    assert math.isnan(r["transfer_regret"]) and math.isnan(r["worst_regret"]) and r["regret_sizes"] == 0
+    assert r["lr_drift"] == 0  # sizes 2 and 4 agree on 0.2
+    assert r["transfers"] == "no"  # size 1 trains at no lr
+    assert any("reference size" in n for n in a.settings.notes)
+
+
+def test_row_where_nothing_trained_has_no_best_configuration():
+    t = {(lab, s, lr): ["diverged"] for lab in ("dead",) for s in (1, 2) for lr in (0.1, 0.2)}
+    t.update({("ok", s, lr): [0.5 + lr] for s in (1, 2) for lr in (0.1, 0.2)})
+    a = analyze(pd.DataFrame(grid_rows(t)), transfer="model.branches", compare=["model.aggregation"], metric="val_acc")
+    d = _row(a, "dead")
+    assert d["best"] == 0  # m is the worst value everywhere (SPEC 5) ...
+    assert math.isnan(d["best_lr"]) and d["best_size"] is None  # ... but no configuration is "best"
+    assert d["no_best_lr"] == ((1, "diverged"), (2, "diverged")) and d["transfers"] == "n/a"
+    assert _row(a, "ok")["best_lr"] == pytest.approx(0.2)
+
+
+def test_bootstrap_leaves_out_sizes_without_counted_runs():
+    # sizes 1 and 2 peak at 0.4 in both seeds. Size 4: lr .1 diverges in both seeds; at lr .4 seed 0
+    # diverges and seed 1 reaches .9. Point estimate: best_lr(4) = .4 -> lr_drift 0.
+    # A replicate that draws seed 0 twice at (4, .4) (probability 1/4) leaves size 4 with no run
+    # that counted: like the point estimate, it has no best lr there, and the drift stays 0.
+    # (Treated as a tie, it went to the smallest lr, .1: drift 2 in a quarter of the replicates.)
+    t = {(None, s, lr): _wide(v) for s in (1, 2) for lr, v in ((0.1, 0.5), (0.4, 0.9))}
+    t.update({(None, 4, 0.1): ["diverged", "diverged"], (None, 4, 0.4): ["diverged", 0.9]})
+    a = analyze(pd.DataFrame(grid_rows(t)), transfer="model.branches", metric="val_acc", n_boot=400, boot_seed=1)
+    r = a.rows.iloc[0]
+    assert r["lr_drift"] == 0
+    assert (r["lr_drift_lo"], r["lr_drift_hi"]) == (0.0, 0.0)

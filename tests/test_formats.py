@@ -164,3 +164,105 @@ def test_no_history_still_builds(tmp_path):
     paths = build_leaderboard([d], formats=("html",))
     assert "plot:fwd_norm_init" not in paths and "plot:lr_transfer" in paths
     assert "data:image/png;base64," in paths["html"].read_text()
+
+
+# ---------------------------------------------------------------- issue 7
+
+
+def _dead_size_run(root: Path) -> Path:
+    """Row "sum": size 4 diverged at every lr; size 2 failed or was pruned at every lr.
+    Row "dead": every run diverged."""
+    t = {}
+    for lr in (0.1, 0.2, 0.4):
+        t[("sum", 1, lr)] = [0.9 - abs(lr - 0.2), 0.89 - abs(lr - 0.2)]
+        t[("sum", 2, lr)] = ["failed", "pruned"]
+        t[("sum", 4, lr)] = ["diverged", "diverged"]
+        for s in (1, 2):
+            t[("dead", s, lr)] = ["diverged", "diverged"]
+    return make_run(root, grid_rows(t), spec=spec_dict("deadsize"))
+
+
+def _html_cells(page: str, table_id: str) -> tuple[list[str], list[list[str]]]:
+    from html.parser import HTMLParser
+
+    class P(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.inside, self.cell, self.head, self.rows = False, None, [], []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.inside = dict(attrs).get("id") == table_id
+            elif self.inside and tag == "tr":
+                self.row = []
+            elif self.inside and tag in ("td", "th"):
+                self.cell = ""
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+
+        def handle_endtag(self, tag):
+            if tag == "table":
+                self.inside = False
+            elif self.inside and tag in ("td", "th") and self.cell is not None:
+                self.row.append(self.cell)
+                self.cell = None
+            elif self.inside and tag == "tr":
+                (self.rows if self.head else self.head).extend([self.row] if self.head else self.row)
+
+    p = P()
+    p.feed(page)
+    return p.head, p.rows
+
+
+def test_size_without_best_lr_reads_diverged_or_na_in_every_format(tmp_path):
+    d = _dead_size_run(tmp_path)
+    paths = build_leaderboard([d], formats=("md", "csv", "tex", "html"), plots=False)
+    want = "1:0.2 2:n/a 4:diverged"  # never a learning rate for a size where nothing trained
+    md = paths["md"].read_text()
+    rows = {r[1]: r for r in ([c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| "))}
+    head = rows["model.aggregation"]  # the header line
+    assert rows["sum"][head.index("best_lr(s)")] == want
+    assert rows["dead"][head.index("best_lr(s)")] == "1:diverged 2:diverged"
+    assert rows["dead"][head.index("best at")] == "diverged"  # no configuration of an all-diverged row is best
+    assert rows["sum"][head.index("transfers")] == "no"
+    csv = pd.read_csv(paths["csv"], comment="#").set_index("label")
+    assert csv.loc["sum", "best_lr(s)"] == "1:0.2;2:n/a;4:diverged"
+    assert csv.loc["dead", "best_lr(s)"] == "1:diverged;2:diverged"
+    assert pd.isna(csv.loc["dead", "best_lr"]) and pd.isna(csv.loc["dead", "best_size"])
+    tex = paths["tex"].read_text()
+    assert "1:0.2 2:n/a 4:diverged" in tex and "1:diverged 2:diverged" in tex
+    head, body = _html_cells(paths["html"].read_text(), "leaderboard")
+    by_label = {r[head.index("model.aggregation")]: r for r in body}
+    assert by_label["sum"][head.index("best_lr(s)")] == want
+    assert by_label["dead"][head.index("best at")] == "diverged"
+
+
+def test_several_runs_provenance_lists_every_run(tmp_path):
+    a = spec_dict("a", seeds=[0, 1])
+    b = spec_dict("b")
+    b["seeds"] = 2  # a count: seeds 0 and 1
+    c = spec_dict("c", seeds=[7])
+    b["meta"] = {**b["meta"], "spec_hash": "bbbbbbbbbbbbbbbb", "git_commit": "beefcafe"}
+    c["meta"] = {**c["meta"], "spec_hash": "cccccccccccccccc", "git_commit": "c0ffee00", "created": "2025-02-03T00:00:00+00:00"}
+    c["task"]["dataset"]["train"] = 300
+    d1 = make_run(tmp_path, _rows(("sum",)), spec=a)
+    d2 = make_run(tmp_path, _rows(("stam",)), spec=b)
+    rows_c = [{**r, "seed": 7} for r in _rows(("avg",)) if r["seed"] == 0]
+    d3 = make_run(tmp_path, rows_c, spec=c)
+    paths = build_leaderboard([d1, d2, d3], formats=("md", "csv"), out_dir=tmp_path / "all", plots=False)
+    md = paths["md"].read_text()
+    prov = dict(ln[2:].split(": ", 1) for ln in md.splitlines() if ln.startswith("- **"))
+    assert prov["**spec**"] == "a (hash 0123456789abcdef); b (hash bbbbbbbbbbbbbbbb); c (hash cccccccccccccccc)"
+    assert prov["**seeds**"] == "0, 1, 7 (a: 0, 1; b: 0, 1; c: 7)"
+    assert prov["**nas_stab**"] == "a: 0.1.0 (commit d138591); b: 0.1.0 (commit beefcafe); c: 0.1.0 (commit c0ffee00)"
+    assert prov["**dataset**"] == "a: digits (train=500, val=200); b: digits (train=500, val=200); c: digits (train=300, val=200)"
+    assert prov["**torch**"] == "2.9.0+cpu"  # shared by every run: once
+    assert prov["**run created**"].startswith("a: 2025-01-02") and "c: 2025-02-03" in prov["**run created**"]
+    runs = [ln for ln in md.splitlines() if ln.startswith("- **run**")]
+    assert len(runs) == 3
+    assert "; seeds 0, 1; 12 runs" in runs[0] and "commit beefcafe" in runs[1] and "; seeds 7; 7 runs" in runs[2]
+    assert "seed(s) 0, 1 appear in more than one run" in md  # a and b share seeds: said so
+    csv = paths["csv"].read_text()
+    assert "# seeds: 0, 1, 7 (a: 0, 1; b: 0, 1; c: 7)" in csv

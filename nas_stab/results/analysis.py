@@ -36,14 +36,20 @@ metric to maximize and -1 for one to minimize, "better" means larger
 ``best_lr(s)``
     The learning rate with the best ``m(s, lr)`` among those tried at ``s``;
     ties go to the smallest learning rate. Learning rates are matched after
-    rounding to 12 significant digits.
+    rounding to 12 significant digits. A size where no run counted at any
+    learning rate (every run diverged, pruned or failed) has no best learning
+    rate: every ``m(s, lr)`` is the worst value, a tie that says nothing. Its
+    entry in ``best_lrs`` is NaN and ``no_best_lr`` lists it with the reason,
+    ``"diverged"`` (every run at the size diverged) or ``"n/a"``.
 ``lr_drift``
     ``log2(max_s best_lr(s)) - log2(min_s best_lr(s))`` in octaves.
     ``lr_drift_lo`` / ``lr_drift_hi`` bound a ``ci`` (default 90 %) percentile
     interval from a bootstrap over seeds: in each of ``n_boot`` replicates,
     every cell's mean is recomputed from its per-seed values resampled with
     replacement (independently per cell, RNG seeded by ``boot_seed``), and
-    ``lr_drift`` recomputed. With one seed the interval collapses to the value.
+    ``lr_drift`` recomputed (sizes without a counted run in the replicate have
+    no best lr there either). With one seed the interval collapses to the value.
+    Sizes without a best learning rate are left out; NaN when no size has one.
 ``transfer_regret``
     The mean over sizes of ``d(s) = sign * (m(s, best_lr(s)) - m(s,
     best_lr(s_ref)))`` (so ``d >= 0`` in both directions), with ``s_ref`` the
@@ -52,7 +58,10 @@ metric to maximize and -1 for one to minimize, "better" means larger
     (``regret_sizes`` counts the sizes used, ``s_ref`` included); NaN when no
     size other than ``s_ref`` has one (e.g. continuous learning rates from a
     random sampler, never tried twice). When a row lacks the reference size,
-    its smallest size stands in (noted).
+    its smallest size stands in (noted). A size without a best learning rate
+    has ``m = worst`` at every learning rate, so ``d(s) = 0`` and it counts like
+    any other size (SPEC 5 taken literally); but when it is the reference size,
+    ``best_lr(s_ref)`` does not exist and both regrets are NaN (noted).
 ``worst_regret``
     ``max_s d(s)``.
 ``spread``
@@ -76,12 +85,17 @@ metric to maximize and -1 for one to minimize, "better" means larger
     row (0 with one learning rate).
 ``best``
     The best ``m`` over all sizes and learning rates of the row, with
-    ``best_std``, ``best_n``, ``best_size`` and ``best_lr`` (its configuration).
+    ``best_std``, ``best_n``, ``best_size`` and ``best_lr`` (its configuration;
+    None and NaN when no run of the row counted: the worst value has no
+    configuration).
 ``transfers``
     ``"yes"`` when ``lr_drift <= grid_step`` and ``worst_regret <= spread``
     (both with a 1e-9 tolerance), ``"no"`` otherwise, ``"n/a"`` when no regret
     could be computed or when no run of the row counts with its own value (all
-    diverged, pruned or failed: nothing to judge).
+    diverged, pruned or failed: nothing to judge). A row with some size where no
+    run counted at any learning rate, while other sizes trained, is ``"no"``: no
+    learning rate of the grid works at that size, whatever the regrets (0 at a
+    size that is the worst value everywhere) say.
 
 Rows are ranked by ``transfer_regret`` (NaN last), then by ``best``.
 
@@ -337,7 +351,7 @@ def analyze(
     cells["lr"] = lr_float[cells["_l"].to_numpy()]
     cells["score"] = sign * cells["mean"]
 
-    rows = _row_stats(cells, sign, reference, size_vals, lr_float, notes)
+    rows = _row_stats(cells, sign, reference, size_vals, lr_float, notes, sized=bool(transfer))
     drift_lo, drift_hi = _bootstrap_drift(per_seed, cells, sign, lr_float, n_boot, ci, boot_seed)
     rows["lr_drift_lo"] = drift_lo.reindex(rows.index).to_numpy()
     rows["lr_drift_hi"] = drift_hi.reindex(rows.index).to_numpy()
@@ -351,12 +365,14 @@ def analyze(
     rows["label"] = [label_vals[k][0] for k in rows["_k"]]
     for i, key in enumerate(compare):
         rows[key] = _obj([label_vals[k][1][i] for k in rows["_k"]], rows.index)
-    rows["best_size"] = _obj([size_vals[s][1] for s in rows["_best_s"]], rows.index)
-    rows["best_lrs"] = rows["_best_lrs"].map(lambda pairs: tuple((size_vals[s][1], lr_float[l]) for s, l in pairs))
+    rows["best_size"] = _obj([size_vals[s][1] if s >= 0 else None for s in rows["_best_s"]], rows.index)
+    rows["best_lrs"] = rows["_best_lrs"].map(
+        lambda pairs: tuple((size_vals[s][1], lr_float[l] if l >= 0 else math.nan) for s, l in pairs))
+    rows["no_best_lr"] = rows["_dead"].map(lambda pairs: tuple((size_vals[s][1], why) for s, why in pairs))
     rows["_best_sort"] = -sign * rows["best"]
     rows = rows.sort_values(["transfer_regret", "_best_sort", "_k"], na_position="last", kind="mergesort")
     rows.insert(0, "rank", np.arange(1, len(rows) + 1))
-    rows = rows.drop(columns=["_best_s", "_best_lrs", "_best_sort"]).reset_index(drop=True)
+    rows = rows.drop(columns=["_best_s", "_best_lrs", "_dead", "_best_sort"]).reset_index(drop=True)
 
     cells.insert(0, "label", [label_vals[k][0] for k in cells["_k"]])
     for i, key in enumerate(compare):
@@ -407,7 +423,8 @@ def _other_keys(df: pd.DataFrame, used: tuple) -> list[str]:
     return out
 
 
-def _row_stats(cells: pd.DataFrame, sign: float, reference: Any, size_vals: list, lr_float: np.ndarray, notes: list[str]) -> pd.DataFrame:
+def _row_stats(cells: pd.DataFrame, sign: float, reference: Any, size_vals: list, lr_float: np.ndarray, notes: list[str],
+               *, sized: bool = True) -> pd.DataFrame:
     """Everything per row label except the bootstrap (cells sorted by _k, _s, _l)."""
     # best lr per (label, size): best score, ties to the smallest lr
     order = cells.sort_values(["_k", "_s", "score", "_l"], ascending=[True, True, False, True], kind="mergesort")
@@ -441,12 +458,25 @@ def _row_stats(cells: pd.DataFrame, sign: float, reference: Any, size_vals: list
     ps["d"] = ps["d"].clip(lower=0.0)
     ps["log2_best"] = np.log2(lr_float[ps["best_l"].to_numpy()])
     # a size where no run at any lr counted (all diverged, pruned or failed) has no
-    # best lr: its arg-max is a tie of worst values, so it stays out of lr_drift
-    trained = cells.groupby(["_k", "_s"])["n_ok"].sum()
-    dead = trained.reindex(pd.MultiIndex.from_frame(ps[["_k", "_s"]])).to_numpy() == 0
+    # best lr: its arg-max is a tie of worst values. It stays out of lr_drift and shows
+    # no best lr; its d(s) = worst - worst = 0 (SPEC 5) when best_lr(s_ref) was tried there.
+    by_size = cells.groupby(["_k", "_s"]).agg(n_ok=("n_ok", "sum"), n_runs=("n_runs", "sum"), n_div=("n_diverged", "sum"))
+    at = pd.MultiIndex.from_frame(ps[["_k", "_s"]])
+    dead = by_size["n_ok"].reindex(at).to_numpy() == 0
+    ps["dead"] = dead
+    ps["all_div"] = dead & (by_size["n_div"] == by_size["n_runs"]).reindex(at).to_numpy()
     if dead.any():
-        notes.append(f"{int(dead.sum())} size(s) had no run that counted at any lr; they are left out of lr_drift")
+        what = "size(s)" if sized else "row(s)"
+        tail = ", left out of lr_drift, and such a row does not transfer" if sized else ""
+        notes.append(f"{int(dead.sum())} {what} had no run that counted at any lr: no best lr (shown as diverged or n/a){tail}")
     ps.loc[dead, "log2_best"] = np.nan
+    # a reference size without a best lr gives no best_lr(s_ref): no d(s) at any size
+    ref_dead = ps.loc[dead & (ps["_s"].to_numpy() == ref_s.reindex(ps["_k"]).to_numpy()), "_k"].unique()
+    if len(ref_dead) and sized:  # (without a size axis the regrets do not apply anyway)
+        notes.append(f"{len(ref_dead)} row(s) had no run that counted at the reference size: no reference lr, "
+                     "so transfer_regret and worst_regret are n/a")
+    if len(ref_dead):
+        ps.loc[ps["_k"].isin(ref_dead), "d"] = np.nan
     # variances of the compared cells (NaN for one seed; left out of the pooled mean)
     var_best = ps["std_best"] ** 2
     var_ref = (ps["std_ref"] ** 2).where(ps["d"].notna())
@@ -471,7 +501,10 @@ def _row_stats(cells: pd.DataFrame, sign: float, reference: Any, size_vals: list
     pooled_n = g["var_n"].sum()
     rows["spread"] = np.sqrt((g["var_sum"].sum() / pooled_n.where(pooled_n > 0)).fillna(0.0))
     rows["reference_size"] = _obj([size_vals[s][1] for s in ref_s.reindex(rows.index)], rows.index)
-    rows["_best_lrs"] = [tuple(zip(grp["_s"].tolist(), grp["best_l"].tolist())) for _, grp in g]
+    rows["_best_lrs"] = [tuple(zip(grp["_s"].tolist(), np.where(grp["dead"], -1, grp["best_l"]).tolist())) for _, grp in g]
+    rows["_dead"] = [tuple((s, "diverged" if a else "n/a") for s, d, a in zip(grp["_s"], grp["dead"], grp["all_div"]) if d)
+                     for _, grp in g]
+    has_dead = g["dead"].any()
 
     # stable octaves
     stable = _stable(cells, lr_float)
@@ -482,18 +515,21 @@ def _row_stats(cells: pd.DataFrame, sign: float, reference: Any, size_vals: list
     rows["best"] = top["mean"]
     rows["best_std"] = top["std"]
     rows["best_n"] = top["n"]
-    rows["_best_s"] = top["_s"]
-    rows["best_lr"] = lr_float[top["_l"].to_numpy()]
-
     cg = cells.groupby("_k", sort=True)
+    trained = cg["n_ok"].sum() > 0
+    # a row where nothing counted has no best configuration either (its best m is the worst value)
+    rows["_best_s"] = top["_s"].where(trained, -1)
+    rows["best_lr"] = np.where(trained, lr_float[top["_l"].to_numpy()], np.nan)
     rows["seeds"] = cg["n"].max()
     rows["runs"] = cg["n_runs"].sum()
     rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
 
     ok_drift = rows["lr_drift"] <= rows["grid_step"] + _EPS
     ok_regret = rows["worst_regret"] <= rows["spread"] + _EPS
-    assessable = rows["worst_regret"].notna() & (cg["n_ok"].sum() > 0)
-    rows["transfers"] = np.where(~assessable, "n/a", np.where(ok_drift & ok_regret, "yes", "no"))
+    assessable = rows["worst_regret"].notna() & trained
+    verdict = np.where(~assessable, "n/a", np.where(ok_drift & ok_regret, "yes", "no"))
+    # a size that trained at no learning rate: no lr transfers to it, whatever the regrets say
+    rows["transfers"] = np.where(trained & has_dead, "no", verdict)
     return rows
 
 
@@ -534,6 +570,7 @@ def _bootstrap_drift(
     cell_idx = per_seed.groupby(["_k", "_s", "_l"], sort=True).ngroup().to_numpy()
     n_per = np.bincount(cell_idx, minlength=len(cells))
     vals = sign * per_seed["v"].to_numpy(dtype=float)
+    oks = per_seed["ok"].to_numpy(dtype=float)  # runs of the seed that counted with their own value
     offsets = np.r_[0, np.cumsum(n_per)[:-1]]
     ks = cells["_k"].to_numpy()
     kss = cells["_k"].to_numpy() * (cells["_s"].max() + 1) + cells["_s"].to_numpy()
@@ -548,17 +585,25 @@ def _bootstrap_drift(
     while done < n_boot:
         b = min(chunk, n_boot - done)
         means = np.empty((len(cells), b))
+        counted = np.empty((len(cells), b))
         for n in np.unique(n_per):
             sel = np.flatnonzero(n_per == n)
-            mat = vals[offsets[sel][:, None] + np.arange(n)[None, :]]  # (cells_n, n)
+            at = offsets[sel][:, None] + np.arange(n)[None, :]  # (cells_n, n)
             draw = rng.integers(0, n, size=(len(sel), b, n))
-            means[sel] = np.take_along_axis(mat[:, None, :].repeat(b, axis=1), draw, axis=2).mean(axis=2)
+            means[sel] = np.take_along_axis(vals[at][:, None, :].repeat(b, axis=1), draw, axis=2).mean(axis=2)
+            counted[sel] = np.take_along_axis(oks[at][:, None, :].repeat(b, axis=1), draw, axis=2).sum(axis=2)
         gmax = np.maximum.reduceat(means, g_starts, axis=0)
         cand = np.where(means >= gmax[g_of_cell] - 1e-12, lr_cell[:, None], np.inf)
         best = np.log2(np.minimum.reduceat(cand, g_starts, axis=0))
-        drifts.append(np.maximum.reduceat(best, k_starts, axis=0) - np.minimum.reduceat(best, k_starts, axis=0))
+        # as in the point estimate: a size with no counted run in this replicate has no best lr
+        best[np.add.reduceat(counted, g_starts, axis=0) == 0] = np.nan
+        with np.errstate(invalid="ignore"):
+            drifts.append(np.fmax.reduceat(best, k_starts, axis=0) - np.fmin.reduceat(best, k_starts, axis=0))
         done += b
     d = np.concatenate(drifts, axis=1)
     alpha = (1 - ci) / 2
-    lo, hi = np.quantile(d, [alpha, 1 - alpha], axis=1)
+    lo, hi = np.full(len(d), np.nan), np.full(len(d), np.nan)
+    some = np.isfinite(d).any(axis=1)
+    if some.any():
+        lo[some], hi[some] = np.nanquantile(d[some], [alpha, 1 - alpha], axis=1)
     return pd.Series(lo, index=g_k[k_starts]), pd.Series(hi, index=g_k[k_starts])

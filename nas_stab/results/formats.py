@@ -18,7 +18,7 @@ import hashlib
 import html
 import io
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -141,11 +141,42 @@ def summary(a: Analysis) -> str:
     return "; ".join(out)
 
 
-def _best_lrs(pairs: Iterable, sized: bool) -> str:
-    pairs = list(pairs)
-    if not sized:
-        return " ".join(_num(lr, 3) for _, lr in pairs)
-    return " ".join(f"{fmt_value(s)}:{_num(lr, 3)}" for s, lr in pairs)
+def _no_best(r: Mapping[str, Any]) -> dict[str, str]:
+    """{size text: "diverged" or "n/a"} for the sizes of a row that have no best learning rate."""
+    return {fmt_value(s): why for s, why in (r.get("no_best_lr") or ())}
+
+
+def _lr_or_why(lr: Any, why: str | None, digits: int = 3) -> str:
+    try:
+        missing = math.isnan(float(lr))
+    except (TypeError, ValueError):
+        missing = True
+    return (why or "n/a") if missing else _num(lr, digits)
+
+
+def _best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> str:
+    """best_lr(s) per size; a size where nothing trained shows "diverged" or "n/a", never a learning rate."""
+    no_best = _no_best(r)
+    parts = []
+    for s, lr in r["best_lrs"]:
+        text = _lr_or_why(lr, no_best.get(fmt_value(s)))
+        if lr_fmt is not None and text not in ("diverged", "n/a"):
+            text = lr_fmt(lr)
+        parts.append(f"{fmt_value(s)}:{text}" if sized else text)
+    return sep.join(parts)
+
+
+def _best_at(r: Mapping[str, Any], st) -> str:
+    """The configuration of `best`; "diverged" / "n/a" when no run of the row counted."""
+    try:
+        missing = math.isnan(float(r["best_lr"]))
+    except (TypeError, ValueError):
+        missing = True
+    if missing:
+        whys = set(_no_best(r).values())
+        return "diverged" if whys == {"diverged"} else "n/a"
+    sized = st.transfer_key is not None
+    return (f"{st.transfer_key}={fmt_value(r['best_size'])}, " if sized else "") + f"lr={_num(r['best_lr'], 3)}"
 
 
 def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[float | None]]]:
@@ -163,12 +194,12 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
         best = _num(r["best"])
         if r["best_n"] > 1 and not pd.isna(r["best_std"]):
             best += f" ± {_num(r['best_std'], 2)}"
-        at = (f"{st.transfer_key}={fmt_value(r['best_size'])}, " if sized else "") + f"lr={_num(r['best_lr'], 3)}"
+        at = _best_at(r, st)
         ci = f"{_oct(r['lr_drift_lo'])}–{_oct(r['lr_drift_hi'])}"
         text.append(
             [str(r["rank"])] + labels + [
                 r["transfers"], _num(r["transfer_regret"], 3), _num(r["worst_regret"], 3), _num(r["spread"], 3),
-                _oct(r["lr_drift"]), ci, _best_lrs(r["best_lrs"], sized), _oct(r["stable_octaves"]), best, at,
+                _oct(r["lr_drift"]), ci, _best_lrs(r, sized), _oct(r["stable_octaves"]), best, at,
                 str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
             ]
         )
@@ -248,11 +279,13 @@ def to_csv(a: Analysis, provenance: Provenance) -> str:
             "best", "best_std", "best_n", "best_size", "best_lr", "reference_size", "sizes", "seeds", "runs", "diverged"]
     df = a.rows[[c for c in dict.fromkeys(cols) if c in a.rows.columns]].copy()
     df.insert(df.columns.get_loc("lr_drift"), "best_lr(s)", [
-        ";".join(f"{fmt_value(s)}:{lr:.6g}" for s, lr in pairs) for pairs in a.rows["best_lrs"]
+        _best_lrs(r, True, sep=";", lr_fmt=lambda lr: f"{lr:.6g}") for r in a.rows.to_dict("records")
     ])
     for c in ("best_size", "reference_size", *st.compare):
         if c in df.columns:
             df[c] = df[c].map(fmt_value)
+    if "best_size" in df.columns:  # no run of the row counted: no best configuration (not the value null)
+        df.loc[a.rows["best_lr"].isna().to_numpy(), "best_size"] = ""
     buf = io.StringIO()
     buf.write(_csv_header(provenance, a))
     df.to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")

@@ -3,9 +3,10 @@
 ``build_leaderboard([run_dir, ...], formats=("md", "csv", "tex", "html"))``
 reads each run's ``spec.yaml`` and ``trials.csv``, concatenates the trials
 (a key that a run does not search takes that run's base value), analyzes them
-with the ``leaderboard:`` settings and provenance of the first run, and writes
+with the ``leaderboard:`` settings of the first run, and writes
 ``leaderboard.<ext>`` (plus ``leaderboard_cells.csv`` with csv) and
-``plots/*.png`` atomically into the output directory.
+``plots/*.png`` atomically into the output directory. The provenance covers
+every run (see `provenance`).
 
 Example:
     >>> from pathlib import Path
@@ -127,53 +128,122 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h ({seconds:.0f} s)"
 
 
+def _meta(spec: Mapping[str, Any], key: str) -> str:
+    meta = spec.get("meta") if isinstance(spec.get("meta"), Mapping) else {}
+    v = meta.get(key)
+    return "unknown" if v is None or v == "" else str(v)
+
+
+def _seed_list(run: RunData) -> list:
+    """The seeds of a run: the resolved spec's ``seeds`` (a list, or a count n meaning 0..n-1),
+    else the seeds found in its trials."""
+    seeds = run.spec.get("seeds")
+    if isinstance(seeds, bool):
+        seeds = None
+    if isinstance(seeds, int):
+        return list(range(seeds))
+    if isinstance(seeds, (list, tuple)) and seeds:
+        return list(seeds)
+    if "seed" in run.trials.columns:
+        found = pd.to_numeric(run.trials["seed"], errors="coerce").dropna()
+        return sorted({int(x) if float(x).is_integer() else float(x) for x in found})
+    return []
+
+
+def _seed_text(seeds: Iterable) -> str:
+    def key(x):
+        return (0, float(x), "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0.0, str(x))
+
+    return ", ".join(str(x) for x in sorted(dict.fromkeys(seeds), key=key)) or "unknown"
+
+
+def _run_names(runs: Sequence[RunData]) -> list[str]:
+    """A name per run: the spec's name, or the directory when two runs share a name."""
+    names = [str(r.spec.get("name") or r.path.name) for r in runs]
+    if len(set(names)) < len(names):
+        names = [str(r.path) for r in runs]
+    return names
+
+
 def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | None = None) -> list[tuple[str, str]]:
     """SPEC 5 provenance as ordered (field, value) pairs: spec name and hash, dataset and
-    subset, nas_stab version and commit, torch, hardware, dates, trials by status, compute time."""
-    first = runs[0].spec
-    meta = first.get("meta") if isinstance(first.get("meta"), Mapping) else {}
+    subset, seeds, nas_stab version and commit, torch, hardware, dates, trials by status,
+    compute time.
 
-    def m(key: str) -> str:
-        v = meta.get(key)
-        return "unknown" if v is None or v == "" else str(v)
+    With several runs every field covers all of them: a value shared by every run is
+    shown once, values that differ are listed per run (``name: value; name: value``),
+    the seeds are the union of all runs', and a ``run`` line per run repeats its own
+    hash, commit, seeds, trials by status and compute time.
+    """
+    names = _run_names(runs)
 
-    ds = lookup(first, "task.dataset", {}) or {}
-    ds = ds if isinstance(ds, Mapping) else {}
-    subset = ", ".join(f"{k}={ds[k]}" for k in ("train", "val", "test") if ds.get(k) is not None) or "full splits"
-    items = [
-        ("spec", f"{first.get('name', runs[0].path.name)} (hash {m('spec_hash')})"),
-    ]
-    if first.get("description"):
-        items.append(("description", str(first["description"])))
+    def per_run(value) -> str:
+        vals = [value(r) for r in runs]
+        if len(set(vals)) == 1:
+            return vals[0]
+        return "; ".join(f"{n}: {v}" for n, v in zip(names, vals))
+
+    def dataset(r: RunData) -> str:
+        ds = lookup(r.spec, "task.dataset", {}) or {}
+        ds = ds if isinstance(ds, Mapping) else {}
+        subset = ", ".join(f"{k}={ds[k]}" for k in ("train", "val", "test") if ds.get(k) is not None) or "full splits"
+        return f"{ds.get('name', 'unknown')} ({subset})"
+
+    items = []
+    if len(runs) == 1:
+        items.append(("spec", f"{names[0]} (hash {_meta(runs[0].spec, 'spec_hash')})"))
+    else:
+        items.append(("spec", "; ".join(f"{n} (hash {_meta(r.spec, 'spec_hash')})" for n, r in zip(names, runs))))
+    descs = [str(r.spec["description"]) for r in runs if r.spec.get("description")]
+    if descs:
+        items.append(("description", descs[0] if len(set(descs)) == 1 else per_run(lambda r: str(r.spec.get("description") or "none"))))
+    seeds = [_seed_list(r) for r in runs]
+    seed_text = _seed_text(x for ss in seeds for x in ss)
+    if len(runs) > 1 and len({_seed_text(ss) for ss in seeds}) > 1:
+        seed_text += " (" + "; ".join(f"{n}: {_seed_text(ss)}" for n, ss in zip(names, seeds)) + ")"
     items += [
-        ("task", str(lookup(first, "task.kind", "unknown"))),
-        ("dataset", f"{ds.get('name', 'unknown')} ({subset})"),
-        ("seeds", ", ".join(str(s) for s in first.get("seeds") or []) or "unknown"),
-        ("nas_stab", f"{m('nas_stab_version')} (commit {m('git_commit')})"),
-        ("torch", m("torch_version")),
-        ("python", m("python")),
-        ("hardware", m("hardware")),
-        ("run created", m("created")),
+        ("task", per_run(lambda r: str(lookup(r.spec, "task.kind", "unknown")))),
+        ("dataset", per_run(dataset)),
+        ("seeds", seed_text),
+        ("nas_stab", per_run(lambda r: f"{_meta(r.spec, 'nas_stab_version')} (commit {_meta(r.spec, 'git_commit')})")),
+        ("torch", per_run(lambda r: _meta(r.spec, "torch_version"))),
+        ("python", per_run(lambda r: _meta(r.spec, "python"))),
+        ("hardware", per_run(lambda r: _meta(r.spec, "hardware"))),
+        ("run created", per_run(lambda r: _meta(r.spec, "created"))),
     ]
     if len(runs) > 1:
-        for r in runs:
-            rm = r.spec.get("meta") if isinstance(r.spec.get("meta"), Mapping) else {}
+        first_cfg = _settings(runs[0].spec)
+        differ = [n for n, r in zip(names[1:], runs[1:]) if _settings(r.spec) != first_cfg]
+        if differ:
+            items.append(("leaderboard settings", f"from {names[0]}; {', '.join(differ)} set different ones (ignored)"))
+        for n, r, ss in zip(names, runs, seeds):
             items.append((
                 "run",
-                f"{r.spec.get('name', r.path.name)}: hash {rm.get('spec_hash', 'unknown')}, commit {rm.get('git_commit', 'unknown')}, "
-                f"nas_stab {rm.get('nas_stab_version', 'unknown')}, torch {rm.get('torch_version', 'unknown')}, "
-                f"hardware {rm.get('hardware', 'unknown')}, created {rm.get('created', 'unknown')}, {len(r.trials)} runs",
+                f"{n} ({r.path}): hash {_meta(r.spec, 'spec_hash')}, commit {_meta(r.spec, 'git_commit')}, "
+                f"nas_stab {_meta(r.spec, 'nas_stab_version')}, torch {_meta(r.spec, 'torch_version')}, "
+                f"hardware {_meta(r.spec, 'hardware')}, created {_meta(r.spec, 'created')}; seeds {_seed_text(ss)}; "
+                f"{_status_counts(r.trials)}; compute {_compute(r.trials, total=False)}",
             ))
-    wall = pd.to_numeric(trials["wall_s"], errors="coerce") if "wall_s" in trials.columns else pd.Series(dtype=float)
-    wall = wall[wall.notna() & (wall.abs() != float("inf"))]
+        shared = sorted({str(x) for i, a in enumerate(seeds) for b in seeds[i + 1:] for x in set(map(str, a)) & set(map(str, b))})
+        if shared:
+            items.append(("note", f"seed(s) {', '.join(shared)} appear in more than one run: where such runs share a cell, "
+                                  "their values are averaged as one seed before the mean over seeds"))
     items += [
         ("trials", _status_counts(trials)),
-        ("compute", _duration(float(wall.sum())) + " total wall time of all runs" if len(wall) else "unknown (no wall_s)"),
+        ("compute", _compute(trials)),
         ("built", _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()),
     ]
     if command:
         items.append(("command", command))
     return items
+
+
+def _compute(trials: pd.DataFrame, *, total: bool = True) -> str:
+    wall = pd.to_numeric(trials["wall_s"], errors="coerce") if "wall_s" in trials.columns else pd.Series(dtype=float)
+    wall = wall[wall.notna() & (wall.abs() != float("inf"))]
+    if not len(wall):
+        return "unknown (no wall_s)"
+    return _duration(float(wall.sum())) + (" total wall time of all runs" if total else "")
 
 
 def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None) -> tuple[Analysis, list[tuple[str, str]], list[RunData]]:
@@ -234,7 +304,8 @@ def build_leaderboard(
     csv), and ``plot:<name>`` for each PNG written under ``<out_dir>/plots/``.
 
     Args:
-        run_dirs: run directories; settings and provenance come from the first.
+        run_dirs: run directories; the ``leaderboard:`` settings come from the first,
+            the provenance lists every run.
         formats: any of ``md, csv, tex, html`` (a list or a comma-separated string).
         out_dir: where to write; default the run directory (required with several runs).
         plots: also draw the PNG figures (embedded in the HTML, linked from Markdown).

@@ -3,19 +3,31 @@
 - `transfer_plot`: the metric against log2(lr), one line per size, one panel
   per row label (the muP style); error bars are the standard deviation over
   seeds; a cell where any run diverged is marked with a red cross, and each
-  size's best learning rate with a star.
+  size's best learning rate with a star (none for a size where no run counted:
+  it has no best learning rate). All panels share one x and one y range; with a
+  single learning rate the x range is one octave either side of it, the sizes
+  are drawn side by side and each point is labelled with its value.
 - `fwd_norm_plot`: the forward RMS norm per block at initialization (history
   step 0, columns ``fwd_norm.<i>``), one line per size, one panel per row label,
   averaged over the runs read.
-- `divergence_plot`: size x learning rate map of the fraction of runs that
-  diverged, one panel per row label.
+- `divergence_plot`: the fraction of runs that diverged, size x learning rate,
+  one panel per row label; without a transfer axis one map, row label x
+  learning rate. The figure grows with the grid, tick labels are thinned to
+  fit, and cells carry their percentage only when it fits.
 
-Each returns PNG bytes, or None when there is nothing to draw.
+Panel titles name the row by its values, with the keys shortened to their last
+dotted part (``skip=rskip_ln, skip_lambda=2``; the full keys are in the figure
+title) and wrapped to the panel's width. Figures use matplotlib's constrained
+layout, so no title, label or legend is cut off.
+
+Each ``*_plot`` returns PNG bytes, or None when there is nothing to draw; the
+matching ``*_figure`` returns the matplotlib Figure (for tests and notebooks).
 """
 from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -24,44 +36,88 @@ import pandas as pd
 
 from nas_stab.results.analysis import Analysis, fmt_value
 
-__all__ = ["divergence_plot", "fwd_norm_plot", "init_fwd_norms", "transfer_plot"]
+__all__ = [
+    "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "transfer_figure",
+    "transfer_plot",
+]
 
 _MAX_PANELS = 24
+_MAX_MAP_ROWS = 100
 _COLS = 4
+_DPI = 90
+_TITLE_PT = 9
+_TICK_PT = 7
+_CHAR_EM = 0.62  # average glyph width of DejaVu Sans, in em (a little generous)
 
 
-def _figure(n_panels: int, w: float = 4.2, h: float = 3.2):
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    cols = min(_COLS, n_panels)
+    return plt
+
+
+def _figure(n_panels: int, w: float = 4.2, h: float = 3.2, *, cols: int | None = None, extra_w: float = 0.0,
+            extra_h: float = 0.6):
+    """A constrained-layout grid of `n_panels` panels of about w x h inches each."""
+    plt = _plt()
+    cols = max(1, min(cols or _COLS, n_panels))
     rows = math.ceil(n_panels / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols + extra_w, h * rows + extra_h), squeeze=False,
+                             layout="constrained")
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n_panels])
 
 
 def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
+    fig.savefig(buf, format="png", dpi=_DPI)
+    _plt().close(fig)
     return buf.getvalue()
 
 
-def _labels(a: Analysis) -> list[tuple[int, str]]:
-    """(label code, text) in leaderboard rank order, at most _MAX_PANELS."""
-    return list(zip(a.rows["_k"].tolist(), a.rows["label"].tolist()))[:_MAX_PANELS]
+def _wrap(text: str, width_in: float, pt: float) -> str:
+    """Wrap `text` to lines that fit `width_in` inches at `pt` points (breaking after ", " first)."""
+    chars = max(8, int(width_in * 72 / (pt * _CHAR_EM)))
+    return "\n".join(textwrap.wrap(text, chars, break_long_words=True, break_on_hyphens=False)) or text
 
 
-def _title(a: Analysis, label: str) -> str:
-    keys = ", ".join(a.settings.compare)
-    return f"{keys} = {label}" if keys else label
+def _short_keys(keys: Sequence[str]) -> list[str]:
+    """The last dotted part of each key, unless two keys would then look the same."""
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    return short if len(set(short)) == len(short) else list(keys)
+
+
+def _labels(a: Analysis, limit: int = _MAX_PANELS) -> list[tuple[int, str]]:
+    """(label code, panel title) in leaderboard rank order, at most `limit`."""
+    st = a.settings
+    out = []
+    short = _short_keys(st.compare)
+    for r in a.rows.head(limit).to_dict("records"):
+        if st.compare:
+            title = ", ".join(f"{s}={fmt_value(r[k])}" for s, k in zip(short, st.compare))
+        else:
+            title = str(r["label"])
+        out.append((int(r["_k"]), title))
+    return out
+
+
+def _row_keys_line(a: Analysis, limit: int = _MAX_PANELS) -> str:
+    """Second line of a figure title: which keys label the rows (and how many are shown)."""
+    st = a.settings
+    n = len(a.rows)
+    line = ("rows: " + ", ".join(st.compare)) if st.compare else "one row"
+    if n > limit:
+        line += f" (the first {limit} of {n} rows, in leaderboard order)"
+    return line
+
+
+def _suptitle(fig, a: Analysis, first: str, limit: int = _MAX_PANELS) -> None:
+    width = fig.get_figwidth() - 0.3
+    fig.suptitle(_wrap(first, width, 10) + "\n" + _wrap(_row_keys_line(a, limit), width, 8), fontsize=10)
 
 
 def _size_colors(sizes: Sequence):
@@ -72,85 +128,212 @@ def _size_colors(sizes: Sequence):
     return {s: cmap(0.9 * i / n) for i, s in enumerate(sizes)}
 
 
-def transfer_plot(a: Analysis) -> bytes | None:
-    """Metric vs log2(lr), one line per size, one panel per row label."""
+def _size_name(a: Analysis, value) -> str:
+    st = a.settings
+    return f"{st.transfer_key.rsplit('.', 1)[-1]}={fmt_value(value)}" if st.transfer_key else "all"
+
+
+def _size_legend(fig, axes, a: Analysis) -> None:
+    """One legend for the figure, outside the panels (only with a transfer axis: else one line per panel)."""
+    if not a.settings.transfer_key:
+        return
+    handles, names = [], []
+    for ax in axes:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    if handles:
+        fig.legend(handles, names, loc="outside right upper", fontsize=8, title=a.settings.transfer_key,
+                   title_fontsize=8)
+
+
+def _best_lr_by_size(a: Analysis, k: int, codes: Sequence[int]) -> dict[int, float]:
+    """{size code: best lr (NaN when the size has none)} of row `k`, from the analysis itself."""
+    row = a.rows.loc[a.rows["_k"] == k]
+    if row.empty:
+        return {}
+    pairs = row.iloc[0]["best_lrs"]
+    return {s: float(lr) for s, (_, lr) in zip(sorted(codes), pairs)}
+
+
+# ---------------------------------------------------------------- transfer
+
+
+def transfer_figure(a: Analysis):
+    """The Figure of `transfer_plot`, or None without cells."""
     cells = a.cells
     if cells.empty:
         return None
     st = a.settings
     labels = _labels(a)
-    fig, axes = _figure(len(labels))
+    panel_w, panel_h = 4.2, 3.2
+    fig, axes = _figure(len(labels), panel_w, panel_h, extra_w=1.3 if st.transfer_key else 0.0)
     sizes = sorted(cells["_s"].unique())
     colors = _size_colors(sizes)
     size_name = dict(zip(cells["_s"], cells["size"]))
-    finite = cells["mean"][np.isfinite(cells["mean"])]
-    lo, hi = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
-    pad = 0.05 * (hi - lo or 1.0)
-    for ax, (k, label) in zip(axes, labels):
+
+    # one y range for every panel, error bars included
+    mean = cells["mean"].to_numpy(dtype=float)
+    err = np.nan_to_num(cells["std"].to_numpy(dtype=float))
+    ok = np.isfinite(mean)
+    lo, hi = (float((mean - err)[ok].min()), float((mean + err)[ok].max())) if ok.any() else (0.0, 1.0)
+    span = hi - lo or max(abs(hi), 1.0)
+    ylim = (lo - 0.06 * span, hi + 0.06 * span)
+    # one x range: the learning rates tried; a single learning rate gets an octave either side
+    xs = np.log2(np.sort(cells["lr"].unique()))
+    single = len(xs) == 1
+    if single:
+        xlim = (xs[0] - 1.0, xs[0] + 1.0)
+        dodge = {s: (i - (len(sizes) - 1) / 2) * min(0.25, 1.2 / max(1, len(sizes))) for i, s in enumerate(sizes)}
+    else:
+        pad = max(0.25, 0.04 * (xs[-1] - xs[0]))
+        xlim = (xs[0] - pad, xs[-1] + pad)
+        dodge = {s: 0.0 for s in sizes}
+    for ax, (k, title) in zip(axes, labels):
         sub = cells[cells["_k"] == k]
+        best = _best_lr_by_size(a, k, sub["_s"].unique())
         for s, grp in sub.groupby("_s", sort=True):
-            x = np.log2(grp["lr"].to_numpy())
+            x = np.log2(grp["lr"].to_numpy()) + dodge[s]
             y = grp["mean"].to_numpy()
-            err = np.nan_to_num(grp["std"].to_numpy())
-            name = f"{st.transfer_key.split('.')[-1]}={fmt_value(size_name[s])}" if st.transfer_key else "all"
-            ax.errorbar(x, y, yerr=err, marker="o", ms=3, lw=1.4, capsize=2, color=colors[s], label=name)
+            e = np.nan_to_num(grp["std"].to_numpy())
+            ax.errorbar(x, y, yerr=e, marker="o", ms=4 if single else 3, lw=1.4, capsize=2, color=colors[s],
+                        label=_size_name(a, size_name[s]))
             div = grp["n_diverged"].to_numpy() > 0
             if div.any():
                 ax.scatter(x[div], y[div], marker="x", s=40, color="red", zorder=5)
-            best = int(np.argmax((1 if st.direction == "maximize" else -1) * y))
-            ax.scatter([x[best]], [y[best]], marker="*", s=90, color=colors[s], edgecolor="black", zorder=6)
-        ax.set_title(_title(a, label), fontsize=9)
+            blr = best.get(s, math.nan)
+            if math.isfinite(blr):  # no star for a size where nothing trained: it has no best lr
+                at = np.flatnonzero(np.isclose(grp["lr"].to_numpy(), blr, rtol=1e-9, atol=0))
+                if at.size:
+                    ax.scatter([x[at[0]]], [y[at[0]]], marker="*", s=90, color=colors[s], edgecolor="black", zorder=6)
+            if single:
+                for xi, yi, ei in zip(x, y, e):
+                    text = f"{yi:.4g}" + (f" ± {ei:.2g}" if ei > 0 else "")
+                    ax.annotate(text, (xi, yi), xytext=(5, 0), textcoords="offset points", fontsize=_TICK_PT,
+                                va="center", ha="left", clip_on=True)
+        ax.set_title(_wrap(title, panel_w - 0.4, _TITLE_PT), fontsize=_TITLE_PT)
         ax.set_xlabel("log2(lr)")
         ax.set_ylabel(st.metric)
-        ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
+        if single:
+            lr0 = float(cells["lr"].iloc[0])
+            ax.set_xticks([xs[0]], [f"{xs[0]:.2f}\n(lr {lr0:.3g})"])
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="best")
-    fig.suptitle(f"{st.metric} vs learning rate (x: any run diverged; *: best lr per size)", fontsize=10)
-    return _png(fig)
+    _size_legend(fig, axes, a)
+    head = f"{st.metric} vs learning rate (x: a run diverged; *: best lr of a size; bars: std over seeds)"
+    _suptitle(fig, a, head)
+    return fig
 
 
-def divergence_plot(a: Analysis) -> bytes | None:
-    """Fraction of runs diverged, size x learning rate, one panel per row label."""
+def transfer_plot(a: Analysis) -> bytes | None:
+    """Metric vs log2(lr), one line per size, one panel per row label."""
+    fig = transfer_figure(a)
+    return None if fig is None else _png(fig)
+
+
+# ---------------------------------------------------------------- divergence
+
+
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, x))
+
+
+def _thin(n: int, room_in: float, per_tick_in: float) -> int:
+    """Tick step so that n ticks fit in room_in inches at per_tick_in inches each."""
+    fit = max(1, int(room_in / per_tick_in))
+    return max(1, math.ceil(n / fit))
+
+
+def divergence_figure(a: Analysis):
+    """The Figure of `divergence_plot`, or None without cells."""
     cells = a.cells
     if cells.empty:
         return None
     st = a.settings
-    labels = _labels(a)
-    fig, axes = _figure(len(labels), w=4.2, h=2.8)
     lrs = np.sort(cells["lr"].unique())
-    sizes = sorted(cells["_s"].unique())
-    size_name = dict(zip(cells["_s"], cells["size"]))
     li = {v: i for i, v in enumerate(lrs)}
-    si = {v: i for i, v in enumerate(sizes)}
+    lr_text = [f"{v:.3g}" for v in lrs]
+    limit = _MAX_PANELS if st.transfer_key else _MAX_MAP_ROWS  # one map holds many more rows than panels
+    labels = _labels(a, limit)
+
+    if st.transfer_key:  # one panel per row label: size x lr
+        sizes = sorted(cells["_s"].unique())
+        size_name = dict(zip(cells["_s"], cells["size"]))
+        row_text = [fmt_value(size_name[s]) for s in sizes]
+        panels = []
+        for k, title in labels:
+            grid = np.full((len(sizes), len(lrs)), np.nan)
+            sub = cells[cells["_k"] == k]
+            si = {v: i for i, v in enumerate(sizes)}
+            for s, lr, f in zip(sub["_s"], sub["lr"], sub["frac_diverged"]):
+                grid[si[s], li[lr]] = f
+            panels.append((title, grid))
+        ylabel = st.transfer_key
+    else:  # no size axis: one map, row label x lr (rank 1 at the top)
+        short = _short_keys(st.compare)
+        row_text = []
+        grid = np.full((len(labels), len(lrs)), np.nan)
+        for i, (k, _) in enumerate(labels):
+            r = a.rows.loc[a.rows["_k"] == k].iloc[0]
+            row_text.append(", ".join(fmt_value(r[c]) for c in st.compare) if st.compare else str(r["label"]))
+            sub = cells[cells["_k"] == k]
+            for lr, f in zip(sub["lr"], sub["frac_diverged"]):
+                grid[i, li[lr]] = f
+        panels = [("", grid[::-1])]
+        row_text = row_text[::-1]
+        ylabel = ", ".join(short) if st.compare else ""
+
+    n_rows, n_cols = len(row_text), len(lrs)
+    cell_w = _clamp(6.0 / n_cols, 0.14, 0.55)
+    cell_h = _clamp(6.0 / n_rows, 0.14, 0.42)
+    tick_chars = max(len(t) for t in row_text)
+    left = 0.45 + min(3.0, tick_chars * _TICK_PT * _CHAR_EM / 72)  # y tick labels and y label
+    rotate = n_cols * cell_w < sum(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 + 0.1 * n_cols
+    bottom = 0.55 + (max(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 * 0.75 if rotate else 0.15)
+    panel_w = max(3.0, n_cols * cell_w + left + 0.2)
+    title_lines = max((len(_wrap(t, panel_w - 0.2, _TITLE_PT).splitlines()) for t, _ in panels if t), default=0)
+    panel_h = max(2.2, n_rows * cell_h + bottom + 0.2 + 0.2 * title_lines)
+    cols = max(1, min(_COLS, len(panels), int(16.0 // panel_w)))
+    # at least 6.5 inches wide, so the figure title fits on one line
+    fig, axes = _figure(len(panels), panel_w, panel_h, cols=cols, extra_w=max(1.2, 6.5 - cols * panel_w), extra_h=0.7)
+
+    annotate = cell_w >= 0.28 and cell_h >= 0.17
+    x_step = _thin(n_cols, n_cols * cell_w, 0.17 if rotate else max(0.3, max(len(t) for t in lr_text) * 0.07))
+    y_step = _thin(n_rows, n_rows * cell_h, 0.15)
     im = None
-    for ax, (k, label) in zip(axes, labels):
-        grid = np.full((len(sizes), len(lrs)), np.nan)
-        sub = cells[cells["_k"] == k]
-        for s, lr, f in zip(sub["_s"], sub["lr"], sub["frac_diverged"]):
-            grid[si[s], li[lr]] = f
-        im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="Reds", aspect="auto", origin="lower")
-        step = max(1, len(lrs) // 8)
-        ax.set_xticks(range(0, len(lrs), step))
-        ax.set_xticklabels([f"{math.log2(v):.1f}" for v in lrs[::step]], fontsize=7)
-        ax.set_yticks(range(len(sizes)))
-        ax.set_yticklabels([fmt_value(size_name[s]) for s in sizes], fontsize=7)
-        ax.set_xlabel("log2(lr)")
-        ax.set_ylabel(st.transfer_key or "")
-        ax.set_title(_title(a, label), fontsize=9)
-        if len(lrs) * len(sizes) <= 120:
+    for ax, (title, grid) in zip(axes, panels):
+        im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="Reds", aspect="auto", origin="lower",
+                       interpolation="nearest")
+        xt = list(range(0, n_cols, x_step))
+        ax.set_xticks(xt, [lr_text[i] for i in xt], fontsize=_TICK_PT, rotation=60 if rotate else 0,
+                      ha="right" if rotate else "center", rotation_mode="anchor" if rotate else "default")
+        yt = list(range(0, n_rows, y_step))
+        ax.set_yticks(yt, [row_text[i] for i in yt], fontsize=_TICK_PT)
+        ax.set_xlabel(st.lr_key, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        if title:
+            ax.set_title(_wrap(title, panel_w - 0.2, _TITLE_PT), fontsize=_TITLE_PT)
+        if annotate:
             for (r, c), v in np.ndenumerate(grid):
                 if not np.isnan(v):
                     ax.text(c, r, f"{v:.0%}" if v else "0", ha="center", va="center", fontsize=6,
                             color="white" if v > 0.6 else "black")
     if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.8, label="fraction diverged")
-    fig.suptitle("divergence map (blank: not tried)", fontsize=10, y=1.04)
-    import matplotlib.pyplot as plt
+        fig.colorbar(im, ax=axes, shrink=0.8 if len(axes) > 1 or n_rows > 3 else 1.0, label="fraction diverged")
+    _suptitle(fig, a, "divergence map: fraction of runs diverged (blank: not tried)", limit)
+    return fig
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+
+def divergence_plot(a: Analysis) -> bytes | None:
+    """Fraction of runs diverged, size x learning rate, one panel per row label
+    (row label x learning rate in one map without a transfer axis)."""
+    fig = divergence_figure(a)
+    return None if fig is None else _png(fig)
+
+
+# ---------------------------------------------------------------- forward norms
 
 
 def init_fwd_norms(a: Analysis, history_dirs: dict[str, Path], *, per_cell: int = 3) -> pd.DataFrame:
@@ -191,8 +374,8 @@ def init_fwd_norms(a: Analysis, history_dirs: dict[str, Path], *, per_cell: int 
     return pd.DataFrame(out, columns=["_k", "_s", "block", "norm"])
 
 
-def fwd_norm_plot(a: Analysis, norms: pd.DataFrame) -> bytes | None:
-    """Forward RMS norm per block at init, one line per size, one panel per row label."""
+def fwd_norm_figure(a: Analysis, norms: pd.DataFrame):
+    """The Figure of `fwd_norm_plot`, or None when there is no finite positive norm."""
     if norms.empty:
         return None
     norms = norms[np.isfinite(norms["norm"]) & (norms["norm"] > 0)]
@@ -204,24 +387,30 @@ def fwd_norm_plot(a: Analysis, norms: pd.DataFrame) -> bytes | None:
         return None
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = _figure(len(labels))
+    panel_w = 4.2
+    fig, axes = _figure(len(labels), panel_w, 3.2, extra_w=1.3 if st.transfer_key else 0.0)
     mean = norms.groupby(["_k", "_s", "block"], sort=True)["norm"].mean().reset_index()
     sizes = sorted(mean["_s"].unique())
     colors = _size_colors(sizes)
     size_name = dict(zip(a.cells["_s"], a.cells["size"]))
-    for ax, (k, label) in zip(axes, labels):
+    for ax, (k, title) in zip(axes, labels):
         for s, grp in mean[mean["_k"] == k].groupby("_s", sort=True):
-            name = f"{st.transfer_key.split('.')[-1]}={fmt_value(size_name.get(s))}" if st.transfer_key else "all"
-            ax.plot(grp["block"], grp["norm"], marker="o", ms=3, color=colors[s], label=name)
+            ax.plot(grp["block"], grp["norm"], marker="o", ms=3, color=colors[s], label=_size_name(a, size_name.get(s)))
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("block")
         ax.set_ylabel("forward RMS norm at init")
-        ax.set_title(_title(a, label), fontsize=9)
+        ax.set_title(_wrap(title, panel_w - 0.4, _TITLE_PT), fontsize=_TITLE_PT)
         ax.grid(alpha=0.3, which="both")
     lo, hi = float(mean["norm"].min()), float(mean["norm"].max())
     for ax in axes:  # one scale for all panels, so the rows compare at a glance
         ax.set_ylim(lo / 1.2, hi * 1.2)
-    axes[0].legend(fontsize=7, loc="best")
-    fig.suptitle("forward norm per block at initialization", fontsize=10)
-    return _png(fig)
+    _size_legend(fig, axes, a)
+    _suptitle(fig, a, "forward RMS norm per block at initialization")
+    return fig
+
+
+def fwd_norm_plot(a: Analysis, norms: pd.DataFrame) -> bytes | None:
+    """Forward RMS norm per block at init, one line per size, one panel per row label."""
+    fig = fwd_norm_figure(a, norms)
+    return None if fig is None else _png(fig)
