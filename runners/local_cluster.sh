@@ -10,7 +10,9 @@
 # processes (by id), never another Ray on the machine (it does not use `ray stop`).
 #
 # Environment: PYTHON (default: python3 of the active environment), RAY_PORT (default: a free port),
-# HEAD_CPUS (default: CPUS_PER_NODE; set 0 to keep trials off the head node).
+# HEAD_CPUS (default: CPUS_PER_NODE; set 0 to keep trials off the head node), CLIENT_PORT (the head's
+# Ray Client server, for `--address ray://127.0.0.1:CLIENT_PORT`; default: a free port. With ray[client]
+# installed, `ray start --head` always starts one, on 10001 unless told: two loopback clusters would share it).
 #
 # Ray 2.60 rewrites 127.0.0.1 to the machine's network address when a node joins; the nodes are
 # started through `python -m nas_stab.search.ray_loopback`, which is the `ray` command line
@@ -28,6 +30,12 @@ stop_cluster() {
     for p in $(pgrep -f -- "$dir/session" || true); do
         [ "$p" != "$$" ] && pids="$pids $p"
     done
+    # the Ray Client server names only the head's address on its command line
+    if [ -f "$dir/gcs_port" ]; then
+        for p in $(pgrep -f -- "ray.util.client.server --address=127.0.0.1:$(cat "$dir/gcs_port") " || true); do
+            pids="$pids $p"
+        done
+    fi
     for p in $pids; do kids="$kids $(pgrep -P "$p" || true)"; done
     [ -n "${pids// /}" ] || { echo "no running processes for $dir"; rm -rf "$dir"; exit 0; }
     kill $pids $kids 2>/dev/null || true
@@ -50,13 +58,17 @@ fi
 N=${1:-1}
 CPUS=${2:-1}
 HEAD_CPUS=${HEAD_CPUS:-$CPUS}
-PORT=${RAY_PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT=${RAY_PORT:-$(free_port)}
+CLIENT_PORT=${CLIENT_PORT:-$(free_port)}
 DIR=$(mktemp -d /tmp/nas-ray-XXXXXX)  # short: Ray's socket paths live under it
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}  # Ray 2.60's token auth; the token is ~/.ray/auth_token
 RAY=("$PY" -m nas_stab.search.ray_loopback)
 COMMON=(--node-ip-address=127.0.0.1 --temp-dir="$DIR" --disable-usage-stats)
+echo "$PORT" >"$DIR/gcs_port"
 
-"${RAY[@]}" start --head --port="$PORT" --num-cpus="$HEAD_CPUS" --include-dashboard=false "${COMMON[@]}" >"$DIR/head.log" 2>&1 \
+"${RAY[@]}" start --head --port="$PORT" --ray-client-server-port="$CLIENT_PORT" --num-cpus="$HEAD_CPUS" \
+    --include-dashboard=false "${COMMON[@]}" >"$DIR/head.log" 2>&1 \
     || { cat "$DIR/head.log" >&2; stop_cluster "$DIR"; exit 1; }
 for i in $(seq 1 "$N"); do
     "${RAY[@]}" start --address="127.0.0.1:$PORT" --num-cpus="$CPUS" "${COMMON[@]}" >"$DIR/worker-$i.log" 2>&1 \
@@ -69,6 +81,8 @@ address: 127.0.0.1:$PORT
 
   export RAY_AUTH_MODE=token RAY_ADDRESS=127.0.0.1:$PORT   # then --address auto also finds it
   nas-stab run spaces/quickstart.yaml --runner ray --address 127.0.0.1:$PORT --set runner.concurrency=$(( N * CPUS + HEAD_CPUS ))
+client address: ray://127.0.0.1:$CLIENT_PORT
+  nas-stab run spaces/quickstart.yaml --runner ray --address ray://127.0.0.1:$CLIENT_PORT   # through Ray Client
 
 stop it with:
   $0 stop $DIR

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -51,6 +52,25 @@ def run_ray_text(text: str, out: Path, **kw):
     with RunDir.open(out, spec) as rd:
         counts = run_ray(spec, rd, **kw)
     return spec, Path(out) / spec.name, counts
+
+
+TIMING = ("wall_s", "optuna_trial")  # trials.csv columns allowed to differ between runners
+
+
+def without_timing(rs):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
+
+
+def run_local_text(text, out):
+    """Load `text`, run it with the local runner into `out`; the run directory."""
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.local import run_local
+    from nas_stab.spec import loads_spec
+
+    spec = loads_spec(text)
+    with RunDir.open(out, spec) as rd:
+        run_local(spec, rd)
+    return Path(out) / spec.name
 
 
 def study_of(spec, run_dir, storage: str | None = None):
@@ -109,6 +129,48 @@ def ray_two_nodes():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_client_head():
+    """A Ray head on loopback with a Ray Client server (runners/local_cluster.sh, 0 workers, 2 CPUs).
+
+    Yields its Ray Client address ``ray://127.0.0.1:PORT``. This process is not connected to it: the
+    runner connects itself. The cluster is stopped (its processes, by id) even if the test fails.
+    """
+    import sys
+
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    script = Path(__file__).resolve().parents[1] / "runners" / "local_cluster.sh"
+    port = _free_port()
+    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token", CLIENT_PORT=str(port))
+    start = subprocess.run(["bash", str(script), "0", "2"], capture_output=True, text=True, env=env, timeout=300)
+    m = re.search(r"local_cluster\.sh stop (\S+)", start.stdout)
+    tmp_dir = m.group(1) if m else None
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    old_auth = os.environ.get("RAY_AUTH_MODE")
+    # Ray 2.60's token auth for this process's client connection; Ray caches the mode (RayConfig),
+    # so it is refreshed now and again after the test (Ray's own tests do the same)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    reset_auth_token_state()
+    try:
+        assert start.returncode == 0, start.stderr + start.stdout
+        assert f"client address: ray://127.0.0.1:{port}" in start.stdout, start.stdout
+        yield f"ray://127.0.0.1:{port}"
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        if old_auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = old_auth
+        reset_auth_token_state()
+        if tmp_dir:
+            subprocess.run(["bash", str(script), "stop", tmp_dir], capture_output=True, text=True, timeout=120)
 
 
 # ---------------------------------------------------------------- PostgreSQL

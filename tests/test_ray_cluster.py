@@ -12,25 +12,15 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY
-from conftest_ray import ray_two_nodes, rows, run_ray_text, spec_text, study_of  # noqa: F401 (fixture)
-
-TIMING = ("wall_s", "optuna_trial")
-
-
-
-def run_local_text(text, out):
-    from nas_stab.results.rundir import RunDir
-    from nas_stab.search.local import run_local
-    from nas_stab.spec import loads_spec
-
-    spec = loads_spec(text)
-    with RunDir.open(out, spec) as rd:
-        run_local(spec, rd)
-    return Path(out) / spec.name
-
-
-def without_timing(rs):
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
+from conftest_ray import (  # noqa: F401 (fixture)
+    ray_two_nodes,
+    rows,
+    run_local_text,
+    run_ray_text,
+    spec_text,
+    study_of,
+    without_timing,
+)
 
 
 def test_grid_on_two_nodes_matches_the_local_runner(ray_two_nodes, tmp_path):

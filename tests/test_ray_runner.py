@@ -1,4 +1,4 @@
-"""The Ray runner on a local Ray (2 CPUs): resume, journal and PostgreSQL storages, bad addresses."""
+"""The Ray runner on a local Ray (2 CPUs): resume, journal and PostgreSQL storages (Ray Client: test_ray_client.py)."""
 import pytest
 
 from conftest import TINY
@@ -33,14 +33,6 @@ def test_postgresql_storage(ray_local, postgres_url, tmp_path):
     study = study_of(spec, d, postgres_url)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     assert sorted(t.user_attrs["key"] for t in study.trials) == sorted(x["key"] for x in rows(d))
-
-
-def test_ray_client_address_is_refused_clearly(tmp_path):
-    from nas_stab.errors import RunError
-
-    text = spec_text(TINY, runner={"kind": "ray", "address": "ray://127.0.0.1:10001"})
-    with pytest.raises(RunError, match="Ray Client.*ray job submit"):
-        run_ray_text(text, tmp_path)
 
 
 def test_trial_resources_and_import_cost():

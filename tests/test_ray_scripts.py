@@ -56,4 +56,7 @@ def test_local_cluster_script_runs_an_experiment(tmp_path):
                               text=True, timeout=120)
     assert stop.returncode == 0, stop.stderr
     left = subprocess.run(["pgrep", "-f", f"{tmp_dir}/session"], capture_output=True, text=True).stdout.split()
-    assert not left and not Path(tmp_dir).exists()
+    # the head's Ray Client server names only the head's address on its command line
+    client = subprocess.run(["pgrep", "-f", f"ray.util.client.server --address={address} "], capture_output=True,
+                            text=True).stdout.split()
+    assert not left and not client and not Path(tmp_dir).exists()

@@ -10,11 +10,17 @@ module keeps everything on loopback:
   ``host:port``, without that rewrite when the address is a loopback one;
 - ``python -m nas_stab.search.ray_loopback start ...``: the ``ray`` command
   line with the rewrite disabled, used by runners/local_cluster.sh to start
-  worker nodes that join a head on 127.0.0.1.
+  worker nodes that join a head on 127.0.0.1. A head started this way also
+  keeps its Ray Client server's per-client drivers on loopback (see `main`).
+
+A ``ray://host:port`` address (Ray Client) is passed to `ray.init` as is:
+the client only opens a gRPC connection to that address; the head's side
+of it is the head's business.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -66,6 +72,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwarg
     import ray
 
     kwargs.setdefault("log_to_driver", False)
+    if address is not None and address.startswith("ray://"):
+        ray.init(address=address, **kwargs)  # Ray Client: no local node, nothing to bind
+        return f"connected to {address}"
     if address is None:
         with _no_localhost_rewrite():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
@@ -79,11 +88,28 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwarg
     return f"joined {real}"
 
 
+def _option(args: list[str], name: str) -> str | None:
+    """The value of `name` in a command line (``--name=value`` or ``--name value``)."""
+    for i, a in enumerate(args):
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
 def main() -> int:
     """`ray` CLI with loopback addresses left alone (see runners/local_cluster.sh)."""
     import ray._private.services as services
 
     services.resolve_ip_for_localhost = lambda host: host
+    args = sys.argv[1:]
+    if "start" in args and "--head" in args and _option(args, "--node-ip-address") in LOOPBACK:
+        # A head's Ray Client server (--ray-client-server-port) starts one driver process per client;
+        # that process joins the head with the same rewrite, which the patch above cannot reach.
+        # With this variable, Ray's node-IP lookup answers 127.0.0.1 in the head's child processes
+        # (on Linux it only also refuses `ray start --address` of a worker node, which a head never runs).
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     from ray.scripts.scripts import main as ray_main
 
     sys.argv[0] = "ray"

@@ -16,6 +16,11 @@ scratch: each `run_ray` call is a fresh Tune experiment under
 Example:
     >>> # nas-stab run spaces/quickstart.yaml --runner ray            # a local Ray
     >>> # nas-stab run spaces/quickstart.yaml --runner ray --address auto   # join a cluster
+    >>> # nas-stab run spaces/quickstart.yaml --runner ray --address ray://HEAD:10001   # from another machine
+
+Under Ray Client (``ray://``) the driver is still this process: Tune's driver
+loop runs here, its Ray calls go through the client connection, and the
+study and run directory stay on this machine (`_ClientTuner`).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from nas_stab.search.optuna_study import create_study
 
 RAY_TESTED = "2.60."  # Searcher and TrialScheduler are Ray developer APIs: see tests/test_ray_traps.py
 PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
+CLIENT_STAGING = ".ray_client"  # Tune's driver staging dir under Ray Client (see _driver_staging_here)
 
 
 def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None) -> dict:
@@ -85,6 +91,7 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
 
 
 def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> None:
+    _check_client_storage(spec.runner)
     with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as record_pids:
         import ray
         from ray import tune
@@ -114,7 +121,10 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
             # Tune experiments of earlier interrupted runs are scratch: nas_stab resumes from trials.csv
             for old in (rd.path / "ray").glob(f"{spec.name}-*"):
                 shutil.rmtree(old, ignore_errors=True)
-        tuner = tune.Tuner(
+        from ray.util.client import ray as ray_client
+
+        client = ray_client.is_connected()  # Ray Client (runner.address ray://...): see _ClientTuner
+        tuner = (_ClientTuner if client else tune.Tuner)(
             fn,
             tune_config=tune.TuneConfig(
                 search_alg=bridge.searcher,
@@ -137,7 +147,7 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
         clean = False
         record_pids()  # the raylet's agents exist by now
         try:
-            with _quiet_tune():
+            with _quiet_tune(), (_driver_staging_here(rd.path / CLIENT_STAGING) if client else contextlib.nullcontext()):
                 tuner.fit()
             clean = not bridge.live and bridge.started == n_trials and not bridge.interrupted
         finally:
@@ -155,6 +165,30 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
         else:
             # Tune stopped early (Ctrl-C reaches Tune's own handler): tell the CLI it was interrupted
             raise KeyboardInterrupt()
+
+
+def is_client_address(address: str | None) -> bool:
+    """A Ray Client address (``ray://host:port``)."""
+    return bool(address) and address.startswith("ray://")
+
+
+def _check_client_storage(runner) -> None:
+    """Under Ray Client, trial checkpoints cannot go to the default <run dir>/ray: it is on this machine.
+
+    A trial saving a checkpoint writes it to `runner.storage` from its worker; Ray refuses a path the
+    worker does not see (its storage validation marker is missing there), so every checkpointing trial
+    would fail. A loopback address is this machine, whose disk the workers share.
+    """
+    from nas_stab.search.ray_loopback import is_loopback
+
+    addr = runner.address
+    if is_client_address(addr) and runner.checkpoint_every and not runner.storage and not is_loopback(addr):
+        raise RunError(
+            f"runner.address {addr!r} (Ray Client) with runner.checkpoint_every={runner.checkpoint_every}: the "
+            "cluster's workers cannot write trial checkpoints to the run directory on this machine. Set "
+            "runner.storage to a bucket (s3://..., gs://...) or to a path this machine and every node share, "
+            "or runner.checkpoint_every=0 (a retried trial then starts over)"
+        )
 
 
 def _check_fits(res: dict, *, started_here: bool, log: Callable) -> None:
@@ -186,7 +220,8 @@ def _NOTHING() -> None:
 
 @contextlib.contextmanager
 def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
-    """Use the Ray this process is already connected to, join `runner.address`, or start a local Ray.
+    """Use the Ray this process is already connected to, join `runner.address` (``auto``, ``host:port``,
+    or ``ray://host:port`` through Ray Client), or start a local Ray.
 
     A Ray started or joined here is shut down on exit (a cluster we joined keeps running).
     Yields a function that records the processes of a local Ray started here in `pid_file`,
@@ -201,12 +236,6 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     if not ray.__version__.startswith(RAY_TESTED):
         log(f"warning: nas_stab's Ray runner is tested with Ray {RAY_TESTED}x; this is Ray {ray.__version__}")
     addr = runner.address
-    if addr and addr.startswith("ray://"):
-        raise RunError(
-            f"runner.address {addr!r}: Ray Client runs Tune's driver loop on the head node, away from this run "
-            "directory and study. Run nas-stab on the cluster instead: `ray job submit --address http://HEAD:8265 "
-            "--working-dir . -- nas-stab run SPEC --runner ray --address auto` (see runners/README.md)"
-        )
     if pid_file is not None:
         ended = ray_procs.end_orphans(pid_file)
         if ended:
@@ -217,7 +246,21 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     from nas_stab.search.ray_loopback import init_ray
 
     record = nothing
-    if addr:
+    if addr and is_client_address(addr):
+        try:
+            init_ray(addr)
+        except ImportError as e:  # ray[client] (grpcio) missing
+            raise RunError(f"runner.address {addr!r} needs Ray Client: pip install 'ray[client]' ({e})") from None
+        except ConnectionError as e:
+            raise RunError(
+                f"cannot connect to the Ray Client server at {addr!r}: {e}. Is the head started with "
+                "`ray start --head --ray-client-server-port PORT` (default 10001) and reachable from here? "
+                "Clusters started with `ray start` use Ray's token authentication by default: "
+                "export RAY_AUTH_MODE=token (the token is ~/.ray/auth_token, or set RAY_AUTH_TOKEN)"
+            ) from None
+        log(f"ray: connected to the cluster at {addr} through Ray Client ({_cluster_summary(ray)}); "
+            "Tune's driver loop, the Optuna study and the run directory stay in this process")
+    elif addr:
         try:
             init_ray(addr)
         except ConnectionError as e:
@@ -247,6 +290,49 @@ def _cluster_summary(ray) -> str:
     res = ray.cluster_resources()
     nodes = len([n for n in ray.nodes() if n.get("Alive")])
     return f"{nodes} node(s), {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU"
+
+
+def _ClientTuner(trainable, *, tune_config, run_config):
+    """A Tuner whose driver loop runs in this process although it is a Ray Client.
+
+    `tune.Tuner` under Ray Client (`ray.util.client.ray.is_connected()`) moves its driver loop
+    into an actor on the head node (`_force_on_current_node(ray.remote(TunerInternal))`), with
+    pickled copies of the searcher and scheduler: the copies would lose the Optuna study and the
+    run directory, which must stay here. `TunerInternal` is what `Tuner` itself runs in a normal
+    driver; ``_remote=False`` is `tune.run`'s switch for "run the driver loop here" (Tune passes it
+    itself to the remote copy). Every Ray call of the loop then goes through the Ray Client.
+    """
+    from ray.tune.impl.tuner_internal import TunerInternal
+
+    return TunerInternal(trainable=trainable, tune_config=tune_config, run_config=run_config,
+                         _tuner_kwargs={"_remote": False})
+
+
+@contextlib.contextmanager
+def _driver_staging_here(path: Path):
+    """Give Tune's driver a local staging directory under Ray Client: `path`, emptied before and removed after.
+
+    Tune's driver keeps its experiment state in ``<Ray session dir>/artifacts/...`` before it
+    syncs it to the experiment's storage (`StorageContext.experiment_driver_staging_path`); a
+    Ray Client has no local Ray node, hence no session dir (``_global_node`` is None: Ray 2.60
+    fails with AttributeError). `path` (in the run directory, so that the rerun after a killed
+    driver removes what it left) stands in for it.
+    """
+    import ray._private.worker as worker
+    import ray.train._internal.storage as storage
+
+    if worker._global_node is not None or not hasattr(storage, "_get_ray_train_session_dir"):
+        yield
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    old = storage._get_ray_train_session_dir
+    storage._get_ray_train_session_dir = lambda: str(path)
+    try:
+        yield
+    finally:
+        storage._get_ray_train_session_dir = old
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
