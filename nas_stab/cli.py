@@ -127,31 +127,39 @@ def _preflight_data(spec) -> None:
 
 
 def cmd_run(args) -> int:
+    import contextlib
+
+    from nas_stab.data import reuse_loaded
     from nas_stab.results.rundir import RunDir
 
     spec = _load(args)
-    _preflight_data(spec)
-    with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
-        rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
-        print(f"run directory: {rd.path}", file=sys.stderr)
-        if spec.runner.kind == "ray":
-            from nas_stab.search.ray_runner import run_ray
+    # local runs train in this process: the data the check loads is the data the runs use
+    with reuse_loaded() if spec.runner.kind == "local" else contextlib.nullcontext():
+        _preflight_data(spec)
+        with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
+            rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
+            print(f"run directory: {rd.path}", file=sys.stderr)
+            if spec.runner.kind == "ray":
+                from nas_stab.search.ray_runner import run_ray
 
-            counts = run_ray(spec, rd, trials=args.trials)
-        else:
-            from nas_stab.search.local import run_local
+                counts = run_ray(spec, rd, trials=args.trials)
+            else:
+                from nas_stab.search.local import run_local
 
-            counts = run_local(spec, rd, trials=args.trials)
-        rd.log(f"finished: {counts}")
-        _write_leaderboard(rd)
+                counts = run_local(spec, rd, trials=args.trials)
+            rd.log(f"finished: {counts}")
+            _write_leaderboard(rd)
     return 1 if counts.get("failed") else 0
 
 
 def _write_leaderboard(rd) -> None:
-    from nas_stab.results.leaderboard import build_leaderboard, leaderboard_markdown
+    """leaderboard.md at the end of every run (SPEC 3); the figures are `nas-stab leaderboard`'s
+    (drawing them here cost ~1.5 s of every run, matplotlib's import included)."""
+    from nas_stab.results.leaderboard import build_leaderboard
 
-    build_leaderboard([rd.path], formats=("md",))
-    print(leaderboard_markdown(rd.path))
+    paths = build_leaderboard([rd.path], formats=("md",), plots=False)
+    print(Path(paths["md"]).read_text(encoding="utf-8"))  # what was written, not a second analysis
+    print(f"plots and an HTML page: nas-stab leaderboard {rd.path} --format md,html", file=sys.stderr)
 
 
 def cmd_probe(args) -> int:

@@ -16,11 +16,13 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
     from nas_stab.models import build_model
     from nas_stab.tasks import load_task
     from nas_stab.training.loop import pick_device
+    from nas_stab.training.malloc import keep_freed_memory
     from nas_stab.training.optim import build_optimizer, total_steps
 
     import os
 
     torch.set_num_threads(t.threads or max(1, os.cpu_count() or 1))  # as the local runner does
+    keep_freed_memory()  # as train_run does: timing without it overstates CNN steps by 15-30%
     device = pick_device(t.device)
     torch.manual_seed(0)
     task = load_task(spec, 0, device)

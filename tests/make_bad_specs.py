@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import zlib
 from pathlib import Path
 
 OUT = Path(__file__).parent / "bad_specs"
@@ -137,6 +138,8 @@ def main() -> None:
         ("betas-three", "train.betas", {"train": "  lr: 0.1\n  steps: 10\n  betas: [0.9, 0.99, 0.999]\n"}),
         ("betas-one", "train.betas", {"train": "  lr: 0.1\n  steps: 10\n  betas: [1.0, 0.9]\n"}),
         ("warmup-longer-than-training", "train.warmup_steps", {"train": "  lr: 0.1\n  steps: 10\n  warmup_steps: 20\n"}),
+        ("hessian-every-not-multiple", "stability.hessian_every", {"stability": "  every: 50\n  hessian_every: 75\n"}),
+        ("hessian-every-without-snapshots", "stability.hessian_every", {"stability": "  every: 0\n  hessian_every: 100\n"}),
         ("space-invalid-combination", "space.model.depth", {"space": "  model.depth: [2, 0]\n"}),
     ]
     for name, expect, secs in conflicts:
@@ -209,7 +212,7 @@ def main() -> None:
     # 8. hostile input
     for tag in ("!!python/object/apply:os.system ['echo pwned']", "!!python/name:os.system", "!!python/object:object {}",
                 "!!python/module:os", "!!binary aGVsbG8=", "!custom 1", "!!set {a: null}"):
-        add(f"tag-{abs(hash(tag)) % 10**6:06d}", "description", base() + f"description: {tag}\n")
+        add(f"tag-{zlib.crc32(tag.encode()) % 10**6:06d}", "description", base() + f"description: {tag}\n")  # stable across runs
     bomb = "[" + ", ".join(["&a0 lol"] + ["*a0"] * 9) + "]"
     for i in range(1, 9):
         bomb = "[" + ", ".join([f"&a{i} {bomb}"] + [f"*a{i}"] * 9) + "]"

@@ -127,6 +127,42 @@ def test_sharpness_matches_exact_top_eigenvalue(seed):
     assert abs(snap["sharpness"] - exact) <= 0.01 * abs(exact), (snap["sharpness"], exact)
 
 
+@pytest.mark.parametrize("bn", [False, True])
+def test_sharpness_on_a_sub_batch_is_that_sub_batch_loss_top_eigenvalue(bn):
+    """hessian_batch k < probe batch: the Hessian is that of the loss on the probe
+    batch's first k examples (with BatchNorm: that sub-batch's statistics); the
+    reference is eigvalsh of exactly that loss's full Hessian, not the whole batch's."""
+    model, task = tiny(5, bn=bn)
+    k = 12
+    sub = Task(*(t[:k] for t in task.probe_batch))
+    exact_sub, exact_all = exact_top_eigenvalue(model, sub), exact_top_eigenvalue(model, task)
+    assert abs(exact_sub - exact_all) > 0.02 * abs(exact_all)  # the two really differ, so the test tells them apart
+    pr = Prober(model, task, hessian=True, hessian_batch=k, hessian_iters=200, hessian_tol=1e-6)
+    assert pr.hessian_sub_batch is not None and len(pr.hessian_sub_batch[0]) == k
+    snap = pr.snapshot(torch.optim.SGD(model.parameters(), lr=0.1), 0, hessian=True)
+    assert abs(snap["sharpness"] - exact_sub) <= 0.01 * abs(exact_sub), (snap["sharpness"], exact_sub, exact_all)
+    # the other metrics still use the whole probe batch
+    whole = Prober(model, task, hessian=False).snapshot(torch.optim.SGD(model.parameters(), lr=0.1), 0)
+    for key in ("probe_loss", "fwd_ratio", "grad_ratio", "update_ratio"):
+        assert snap[key] == whole[key], key
+
+
+def test_hessian_batch_zero_or_at_least_the_probe_batch_means_the_whole_batch():
+    model, task = tiny(2)
+    vals = []
+    for hb in (0, 32, 1000):
+        pr = Prober(model, task, hessian=True, hessian_batch=hb)
+        assert pr.hessian_sub_batch is None
+        vals.append(pr.snapshot(None, hessian=True)["sharpness"])
+    assert vals[0] == vals[1] == vals[2]
+    # the schema's default when a spec gives none; a spec's value otherwise
+    assert Prober(model, task).hessian_batch == 64
+    spec = loads_spec(DIGITS.replace("hessian: true", "hessian: true, hessian_batch: 16"))
+    task = load_task(spec, 0, torch.device("cpu"))
+    pr = Prober(build_model(spec, task.info), task, spec)
+    assert pr.hessian_batch == 16 and [len(t) for t in pr.hessian_sub_batch] == [16, 16]
+
+
 def test_sharpness_small_gap_needs_more_products_and_says_so():
     """Seed 10 has a small eigengap: 20 products are not enough and the snapshot
     says so (sharpness_converged = 0); with more products it matches to 0.1%."""
@@ -201,6 +237,18 @@ def test_warm_start_reuses_the_previous_eigenvector():
     again = pr.snapshot(None, 5, final=True)
     assert again["sharpness"] == pytest.approx(first["sharpness"], rel=2e-3)
     assert again["sharpness_iters"] <= 3 < first["sharpness_iters"]
+
+
+def test_hessian_every_must_be_a_multiple_of_every():
+    from nas_stab.errors import SpecError
+
+    ok = loads_spec(DIGITS.replace("hessian: true", "hessian: true, hessian_every: 10"))
+    assert ok.stability.hessian_every == 10
+    for bad, says in (("every: 5, probe_batch: 64, hessian: true, hessian_every: 12", "multiple of stability.every (5)"),
+                      ("every: 0, probe_batch: 64, hessian: true, hessian_every: 10", "stability.every is 0")):
+        with pytest.raises(SpecError) as e:
+            loads_spec(DIGITS.replace("every: 5, probe_batch: 64, hessian: true", bad), file="x.yaml")
+        assert str(e.value).startswith("x.yaml:5: stability.hessian_every: ") and says in str(e.value), str(e.value)
 
 
 def test_hessian_cadence():
@@ -465,14 +513,16 @@ def test_history_and_metrics_hold_every_spec4_metric():
     assert m["max_update_ratio"] >= m["init_update_ratio"]
 
 
-def test_translation_transformer_sharpness_under_math_attention():
-    spec = loads_spec("""\
+@pytest.mark.parametrize("hessian_batch", [0, 6])
+def test_translation_transformer_sharpness_under_math_attention(hessian_batch):
+    """On the whole probe batch, and on its first 6 sentence pairs (padded to the batch's lengths)."""
+    spec = loads_spec(f"""\
 name: t
-task: {kind: translation, dataset: {name: synthetic, size: 200}}
-model: {arch: transformer, d_model: 16, enc_layers: 1, dec_layers: 1, dropout: 0.1, head_dropout: 0.2}
-train: {lr: 0.001, batch_size: 16, steps: 10, optimizer: adam}
-stability: {probe_batch: 16, hessian_iters: 8}
-search: {objective: bleu}
+task: {{kind: translation, dataset: {{name: synthetic, size: 200}}}}
+model: {{arch: transformer, d_model: 16, enc_layers: 1, dec_layers: 1, dropout: 0.1, head_dropout: 0.2}}
+train: {{lr: 0.001, batch_size: 16, steps: 10, optimizer: adam}}
+stability: {{probe_batch: 16, hessian_iters: 8, hessian_batch: {hessian_batch}}}
+search: {{objective: bleu}}
 """)
     torch.manual_seed(0)
     task = load_task(spec, 0, torch.device("cpu"))
@@ -484,3 +534,67 @@ search: {objective: bleu}
     assert math.isfinite(a["sharpness"]) and a["update_ratio"] > 0
     assert a == b  # dropout and head dropout are off: deterministic
     assert_same(before, state_of(model, opt))
+
+
+# ----------------------------------------------------------------- checkpoints
+
+
+class Crash(Exception):
+    pass
+
+
+class MemoryCheckpointer:
+    """The Checkpointer protocol in memory, through torch.save / torch.load(weights_only=True)
+    as a real checkpoint goes through a file; crashes right after saving at `crash_at`."""
+
+    def __init__(self, every: int, crash_at: int | None = None, drop: tuple = ()):
+        self.every, self.crash_at, self.drop = every, crash_at, drop
+        self.blob: bytes | None = None
+
+    def load(self):
+        import io
+
+        if self.blob is None:
+            return None
+        state = torch.load(io.BytesIO(self.blob), weights_only=True)
+        return {k: v for k, v in state.items() if k not in self.drop}
+
+    def save(self, state):
+        import io
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        self.blob = buf.getvalue()
+        if state["step"] == self.crash_at:
+            self.crash_at = None
+            raise Crash
+
+
+def test_resumed_run_gives_the_same_probe_values_as_an_uninterrupted_one():
+    """The power iteration's warm start is in the checkpoint: the sharpness estimates after a
+    resume (steps 15 and 20 here, warm-started from step 10's eigenvector) are bit-identical to an
+    uninterrupted run's; without it (an old checkpoint) they start cold and differ."""
+    text = DIGITS.replace("steps: 12", "steps: 20").replace("hessian: true", "hessian: true, hessian_every: 5, hessian_batch: 32")
+    spec = loads_spec(text)
+    whole = train_run(spec, 0)
+    assert whole.status == "complete"
+    sharp = [h["step"] for h in whole.history if "sharpness" in h]
+    assert sharp == [0, 5, 10, 15, 20]
+
+    ck = MemoryCheckpointer(every=10, crash_at=10)
+    with pytest.raises(Crash):
+        train_run(spec, 0, checkpoint=ck)
+    resumed = train_run(spec, 0, checkpoint=ck)
+    assert resumed.status == "complete"
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in whole.history]
+    for a, b in zip(whole.history, resumed.history):
+        assert a == b, (a["step"], {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)})
+    assert resumed.metrics == whole.metrics
+
+    # the same resume without the prober's state starts the power iteration cold: different estimates
+    ck = MemoryCheckpointer(every=10, crash_at=10, drop=("prober",))
+    with pytest.raises(Crash):
+        train_run(spec, 0, checkpoint=ck)
+    cold = train_run(spec, 0, checkpoint=ck)
+    a, b = (next(h for h in r.history if h["step"] == 15) for r in (whole, cold))
+    assert (a["sharpness"], a["sharpness_iters"]) != (b["sharpness"], b["sharpness_iters"]), (a, b)

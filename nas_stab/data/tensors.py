@@ -41,8 +41,8 @@ class TensorData:
         """uint8 images -> normalized float; float inputs pass through."""
         if x.dtype == torch.uint8:
             x = x.float().div_(255.0)
-            if self.mean is not None:
-                x = (x - self.mean.view(1, -1, 1, 1)) / self.std.view(1, -1, 1, 1)
+            if self.mean is not None:  # in place on the fresh float copy: no temporaries
+                x.sub_(self.mean.view(1, -1, 1, 1)).div_(self.std.view(1, -1, 1, 1))
         return x
 
     def augment_batch(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -15,6 +15,13 @@ from nas_stab.search.optuna_study import create_study
 
 def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> dict:
     """Run every pending trial of `spec` into run directory `rd`. Returns status counts."""
+    from nas_stab.data import reuse_loaded
+
+    with reuse_loaded():  # the data is loaded once for the whole search, not once per run
+        return _run_local(spec, rd, trials=trials, progress_stream=progress_stream)
+
+
+def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
     import torch
 
     torch.set_num_threads(spec.train.threads or max(1, os.cpu_count() or 1))
@@ -24,17 +31,26 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
     if closed:
         rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
     rows = {r["key"]: r for r in rd.read_trials()}
+    order = [(_int(r.get("trial")), _int(r.get("seed"))) for r in rows.values()]
+    in_order = order == sorted(order)  # False after a run killed between an append and its final sort
     searched = spec.space.keys
     base = plan.base_lookup(spec)
+    prune = spec.search.pruner.name != "none"
+    added = 0
 
     def save(new_rows: list[dict], results) -> None:
+        nonlocal added
+        replaced = False
         for row, res in zip(new_rows, results):
+            replaced |= row["key"] in rows
             rows[row["key"]] = row
             rd.write_history(row["run_id"], res.history)
-        rd.write_trials(list(rows.values()), searched, spec.task.kind)
+        rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
+        added += len(new_rows)
 
     if spec.search.sampler == "grid":
-        jobs = plan.grid_jobs(spec)
+        resolved: dict = {}
+        jobs = plan.grid_jobs(spec, resolved=resolved)
         if trials is not None:
             jobs = jobs[:trials]
         progress = plan.Progress(spec, len(jobs), stream=progress_stream)
@@ -47,7 +63,8 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
             ot = study.ask()
             spec.space.suggest(ot, base)  # records the enqueued values with their distributions
             try:
-                result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(ot, spec.search.objective))
+                result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(ot, spec.search.objective, prune=prune),
+                                          resolved=resolved.get(job.key))
             except BaseException:
                 plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
                 raise
@@ -72,12 +89,13 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
             ot = study.ask()
             try:
                 params = spec.space.suggest(ot, base)
+                resolved = plan.try_resolve(spec, params)
                 results, new_rows = [], []
                 for i, seed in enumerate(spec.seeds):
-                    job = plan.sampled_job(spec, ot.number, params, seed)
+                    job = plan.sampled_job(spec, ot.number, params, seed, resolved=resolved)
                     total = _steps_hint(spec)
-                    reporter = plan.make_reporter(ot, spec.search.objective, offset=i * total)
-                    result, tb = plan.run_job(spec, params, seed, reporter)
+                    reporter = plan.make_reporter(ot, spec.search.objective, offset=i * total, prune=prune)
+                    result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
                     if tb:
                         rd.log(f"{job.run_id} failed:\n{tb}")
                     results.append(result)
@@ -92,10 +110,19 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
             save(new_rows, results)
             for row in new_rows:
                 rd.log(progress.update(row))
+    if added or not in_order:  # appended rows are in the order runs finished; leave the file in (trial, seed) order
+        rd.write_trials(rows.values(), searched, spec.task.kind)
     counts = {}
     for r in rows.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     return counts
+
+
+def _int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 1 << 62
 
 
 def _steps_hint(spec) -> int:

@@ -34,26 +34,40 @@ def base_lookup(spec):
     return lambda k: get_key(spec, k)
 
 
-def grid_jobs(spec) -> list[Job]:
-    """Every (grid point, seed) of a grid experiment, in a stable order."""
+def grid_jobs(spec, *, resolved: dict | None = None) -> list[Job]:
+    """Every (grid point, seed) of a grid experiment, in a stable order.
+
+    With a dict `resolved`, also fills it with {job key: resolved spec}, so the
+    runner does not resolve each configuration a second time.
+    """
     from nas_stab.spec import config_key, resolve
 
     points = spec.space.grid(base_lookup(spec)) if spec.space.dims else [{}]
     jobs = []
     for i, params in enumerate(points):
-        resolved = resolve(spec, params)
+        r = resolve(spec, params)
         for seed in spec.seeds:
-            jobs.append(Job(i, seed, params, config_key(resolved, seed), f"t{i:05d}-s{seed}"))
+            jobs.append(Job(i, seed, params, config_key(r, seed), f"t{i:05d}-s{seed}"))
+            if resolved is not None:
+                resolved[jobs[-1].key] = r
     return jobs
 
 
-def sampled_job(spec, trial_number: int, params: dict, seed: int) -> Job:
-    from nas_stab.spec import config_key, resolve
+def try_resolve(spec, params: dict):
+    """The resolved spec, or None when the configuration is invalid (`run_job` then records why)."""
+    from nas_stab.spec import resolve
 
     try:
-        key = config_key(resolve(spec, params), seed)
+        return resolve(spec, params)
     except SpecError:
-        key = "invalid"
+        return None
+
+
+def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=None) -> Job:
+    from nas_stab.spec import config_key
+
+    r = resolved if resolved is not None else try_resolve(spec, params)
+    key = config_key(r, seed) if r is not None else "invalid"
     return Job(trial_number, seed, params, f"{key}-n{trial_number}", f"t{trial_number:05d}-s{seed}")
 
 
@@ -102,8 +116,12 @@ def tell(study, trial, status: str, value: float | None, error: str = "") -> Non
         study.tell(trial, state=TrialState.FAIL)
 
 
-def make_reporter(trial, objective: str, offset: int = 0):
-    """Report the objective to Optuna at each evaluation; raise Pruned when told."""
+def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True):
+    """Report the objective to Optuna at each evaluation; raise Pruned when told.
+
+    `prune=False` (pruner `none`) skips `should_prune()`: Optuna's NopPruner
+    never prunes, but asking still costs a storage read per evaluation.
+    """
     from nas_stab.training.loop import Pruned
 
     def report(step: int, values: dict) -> None:
@@ -111,20 +129,21 @@ def make_reporter(trial, objective: str, offset: int = 0):
         if v is None or not math.isfinite(v):
             return
         trial.report(float(v), offset + step)
-        if trial.should_prune():
+        if prune and trial.should_prune():
             raise Pruned()
 
     return report
 
 
-def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None):
-    """Resolve and train one job; an exception becomes a `failed` result."""
+def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None, *, resolved=None):
+    """Resolve (unless `resolved` is given) and train one job; an exception becomes a `failed` result."""
     from nas_stab.spec import resolve
     from nas_stab.training.loop import RunResult, train_run
 
     t0 = time.perf_counter()
     try:
-        resolved = resolve(spec, params)
+        if resolved is None:
+            resolved = resolve(spec, params)
         return train_run(resolved, seed, reporter, checkpoint), ""
     except KeyboardInterrupt:
         raise

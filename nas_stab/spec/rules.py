@@ -38,6 +38,18 @@ def check_config(spec, ctx: Ctx) -> None:
         raise ctx.error(("train", "betas"), f"needs two numbers in [0, 1), got {list(t.betas)}")
     if t.warmup_steps and t.steps is not None and t.warmup_steps > t.steps:
         raise ctx.error(("train", "warmup_steps"), f"{t.warmup_steps} warmup steps exceed the {t.steps} training steps")
+    st = spec.stability
+    if st.hessian_every:
+        if not st.every:
+            raise ctx.error(("stability", "hessian_every"),
+                            f"sharpness estimates are taken at the stability snapshots, and stability.every is 0 (none during training); "
+                            f"set stability.every to a divisor of {st.hessian_every} or hessian_every to 0")
+        if st.hessian_every % st.every:
+            lo = st.hessian_every // st.every * st.every
+            near = " or ".join(str(v) for v in (lo, lo + st.every) if v > 0)
+            raise ctx.error(("stability", "hessian_every"),
+                            f"must be a multiple of stability.every ({st.every}): sharpness estimates are taken at the "
+                            f"stability snapshots; got {st.hessian_every}, try {near}")
     dev = t.device
     if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
         raise ctx.error(("train", "device"), f"must be auto, cpu, cuda or cuda:N, got {dev!r}")

@@ -141,7 +141,8 @@ class StabilityConfig:
     hessian: bool = _f(True, "top Hessian eigenvalue at init and end")
     hessian_iters: int = _f(20, "power-iteration steps at most", ge=1, le=1000)
     hessian_tol: float = _f(1e-3, "relative tolerance of the power iteration", gt=0, lt=1)
-    hessian_every: int = _f(0, "steps between sharpness estimates during training (0 = only at init and end); taken at the snapshots whose step is a multiple of it (make it a multiple of every)", ge=0)
+    hessian_every: int = _f(0, "steps between sharpness estimates during training (0 = only at init and end); taken at the snapshots, so a multiple of every", ge=0)
+    hessian_batch: int = _f(64, "examples of the probe batch (its first ones) whose loss Hessian gives the sharpness (0 = the whole probe batch); fewer examples: cheaper Hessian-vector products, a larger top eigenvalue", ge=0, le=1_000_000)
     divergence: DivergenceConfig = _f(None)
 
 

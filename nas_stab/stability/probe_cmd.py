@@ -282,8 +282,10 @@ def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: in
         f"{len(rows)} configuration(s), seed {seed}; metrics on the fixed probe batch "
         f"({spec.stability.probe_batch} examples) at init"
         + (f" (`init_`) and after {steps} optimizer step(s) on it (`final_`)." if steps else " (`init_`)."),
-        "`sharpness` is the signed largest-magnitude Hessian eigenvalue (power iteration); "
-        "`lr_sharpness` = lr x sharpness (above 2: unstable along the top direction).",
+        "`sharpness` is the signed largest-magnitude Hessian eigenvalue (power iteration) of the loss on "
+        + (f"the probe batch's first {spec.stability.hessian_batch} examples"
+           if 0 < spec.stability.hessian_batch < spec.stability.probe_batch else "the probe batch")
+        + "; `lr_sharpness` = lr x sharpness (above 2: unstable along the top direction).",
         "",
     ]
     for n in notes:

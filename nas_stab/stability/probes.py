@@ -6,9 +6,12 @@ the end. One snapshot costs one forward pass with hooks (per-block forward
 norms, and the model output "before"), one backward pass (per-layer gradient
 norms), one optimizer step that is undone afterwards and one more forward pass
 (the output "after": `update_ratio`, and per-layer ||dW|| / ||W||). When the
-Hessian is due, the backward pass builds the gradient graph (create_graph=True)
-and the power iteration reuses it, so the sharpness costs only its
-Hessian-vector products on top.
+Hessian is due, the power iteration runs on the loss of the first
+`stability.hessian_batch` examples of the probe batch (default 64 of 256): one
+more forward and a backward that keeps the gradient graph (create_graph=True),
+which every Hessian-vector product reuses. With `hessian_batch: 0` (or at
+least the probe batch's size) the snapshot's own backward keeps its graph and
+the sharpness is that of the whole probe batch.
 
 A snapshot never changes training: parameters, gradients (`.grad`), optimizer
 state, BatchNorm running statistics and the global RNG are exactly as before.
@@ -19,13 +22,21 @@ Conventions (documented in the README):
   ancestors in training mode -- batch statistics, as in training -- every
   other module in eval mode (dropout, head dropout off); buffers restored.
 - `sharpness` is the eigenvalue of largest magnitude of the Hessian of the
-  training loss on the probe batch with respect to all trainable parameters,
-  found by power iteration, *with its sign*: near a saddle or a maximum the
-  dominant eigenvalue can be negative, and then `sharpness` (and
-  `lr_sharpness`) are negative. The power iteration stops when two successive
-  Rayleigh quotients agree to `hessian_tol` (relative) or after
-  `hessian_iters` products; it starts from the previous snapshot's
-  eigenvector (warm start), from a fixed-seed random vector the first time.
+  training loss on the Hessian batch (the first `hessian_batch` examples of
+  the probe batch; BatchNorm uses that batch's statistics) with respect to all
+  trainable parameters, found by power iteration, *with its sign*: near a
+  saddle or a maximum the dominant eigenvalue can be negative, and then
+  `sharpness` (and `lr_sharpness`) are negative. The power iteration stops
+  when two successive Rayleigh quotients agree to `hessian_tol` (relative) or
+  after `hessian_iters` products; it starts from the previous estimate's
+  eigenvector (warm start, kept in training checkpoints), from the gradient
+  direction plus a fixed-seed random vector the first time.
+- Why a sub-batch: a Hessian-vector product costs about twice a forward and
+  backward pass of its batch, so on all 256 probe examples it costs ~3
+  training steps (batch 128) and 20 products ~60 steps; on 64 examples ~1
+  step. The price: the top eigenvalue of a smaller batch's loss is larger
+  (sampling noise adds curvature); benchmarks/bench_probes.py
+  --accuracy measures it, and the README gives the figures.
 """
 from __future__ import annotations
 
@@ -37,11 +48,29 @@ from typing import Callable
 import torch
 from torch import nn
 
+from nas_stab.spec.schema import StabilityConfig
 
-def _rms(t: torch.Tensor) -> float:
-    """Root mean square; inf if the tensor holds a non-finite value (overflow)."""
-    v = float(t.detach().float().pow(2).mean().sqrt())
-    return math.inf if math.isnan(v) else v
+_DEFAULTS = StabilityConfig()  # the schema's defaults, for a Prober built without a spec
+
+
+def _rms_t(t: torch.Tensor) -> torch.Tensor:
+    """Root mean square as a 0-d float32 tensor (no host sync; one fused reduction);
+    inf or nan if the tensor holds a non-finite value (overflow)."""
+    return torch.linalg.vector_norm(t.detach(), dtype=torch.float32) / math.sqrt(max(t.numel(), 1))
+
+
+def slice_batch(batch, k: int):
+    """The first `k` examples of a batch (a tensor, or a tuple/list of tensors
+    sharing their first dimension); None when the batch has at most `k`
+    examples or another structure (then the whole batch is used)."""
+    ts = [batch] if torch.is_tensor(batch) else list(batch) if isinstance(batch, (tuple, list)) else []
+    if not ts or not all(torch.is_tensor(t) and t.dim() >= 1 for t in ts):
+        return None
+    n = ts[0].shape[0]
+    if k <= 0 or k >= n or any(t.shape[0] != n for t in ts):
+        return None
+    parts = [t[:k] for t in ts]
+    return parts[0] if torch.is_tensor(batch) else type(batch)(parts)
 
 
 def _norms(ts: list[torch.Tensor]) -> list[float]:
@@ -52,7 +81,7 @@ def _norms(ts: list[torch.Tensor]) -> list[float]:
 
 
 def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
-    return sum((x * y).sum() for x, y in zip(a, b))
+    return torch.stack([(x * y).sum() for x, y in zip(a, b)]).sum()
 
 
 def _has_batch_stats(m: nn.Module) -> bool:
@@ -114,11 +143,15 @@ def math_attention():
 
 
 class _Capture:
-    """Forward hooks: the RMS of each block's output, the first block's input, the model output."""
+    """Forward hooks: the RMS of each block's output, the first block's input, the model output.
+
+    The hooks keep 0-d tensors; `remove()` turns them into floats in one
+    transfer (one host sync per forward pass instead of one per block)."""
 
     def __init__(self, model: nn.Module, blocks: list[nn.Module]):
         self.block_rms: list[float] = [math.nan] * len(blocks)
         self.first_in = math.nan
+        self._t: dict[int, torch.Tensor] = {}  # -1: the first block's input; i: block i's output
         self.outputs: list[torch.Tensor] = []
         self.hooks = []
         for i, b in enumerate(blocks):
@@ -128,10 +161,10 @@ class _Capture:
     def _block_hook(self, i: int):
         def hook(mod, inp, out):
             if i == 0 and inp and torch.is_tensor(inp[0]):
-                self.first_in = _rms(inp[0])
+                self._t[-1] = _rms_t(inp[0])
             o = out[0] if isinstance(out, tuple) else out
             if torch.is_tensor(o):
-                self.block_rms[i] = _rms(o)
+                self._t[i] = _rms_t(o)
 
         return hook
 
@@ -143,27 +176,42 @@ class _Capture:
         for h in self.hooks:
             h.remove()
         self.hooks = []
+        if self._t:
+            keys = list(self._t)
+            vals = torch.stack([self._t[k] for k in keys]).tolist()
+            self._t = {}
+            for k, v in zip(keys, vals):
+                v = math.inf if math.isnan(v) else v  # nan: a non-finite value (overflow)
+                if k < 0:
+                    self.first_in = v
+                else:
+                    self.block_rms[k] = v
 
 
 class Prober:
     """Stability metrics of one model on one task's probe batch.
 
-    `spec` supplies `stability.hessian`, `hessian_iters`, `hessian_tol` and
-    `hessian_every`; keyword arguments override them (tests, `nas-stab probe`).
+    `spec` supplies `stability.hessian`, `hessian_iters`, `hessian_tol`,
+    `hessian_every` and `hessian_batch`; keyword arguments override them
+    (tests, `nas-stab probe`). Without a spec the schema's defaults apply.
     """
 
     def __init__(self, model: nn.Module, task, spec=None, *, hessian: bool | None = None,
                  hessian_iters: int | None = None, hessian_tol: float | None = None,
-                 hessian_every: int | None = None, seed: int = 0):
+                 hessian_every: int | None = None, hessian_batch: int | None = None, seed: int = 0):
         st = getattr(spec, "stability", None)
         self.model = model
         self.task = task
         self.spec = spec
         self.batch = task.probe_batch
         self.hessian = bool(getattr(st, "hessian", False)) if hessian is None else hessian
-        self.hessian_iters = hessian_iters or getattr(st, "hessian_iters", 20)
-        self.hessian_tol = hessian_tol or getattr(st, "hessian_tol", 1e-3)
+        self.hessian_iters = hessian_iters or getattr(st, "hessian_iters", _DEFAULTS.hessian_iters)
+        self.hessian_tol = hessian_tol or getattr(st, "hessian_tol", _DEFAULTS.hessian_tol)
         self.hessian_every = getattr(st, "hessian_every", 0) if hessian_every is None else hessian_every
+        hb = getattr(st, "hessian_batch", _DEFAULTS.hessian_batch) if hessian_batch is None else hessian_batch
+        self.hessian_batch = int(hb or 0)
+        # the Hessian's batch: the first `hessian_batch` examples of the probe batch (None: all of it)
+        self.hessian_sub_batch = slice_batch(self.batch, self.hessian_batch) if self.hessian_batch else None
         self.seed = seed
         self.eigvec: list[torch.Tensor] | None = None  # warm start of the power iteration
         self.nonfinite: tuple[str, float] | None = None  # (quantity, value) of the last snapshot
@@ -171,6 +219,20 @@ class Prober:
         self.n_snapshots = 0
         self._modes = probe_modes(model)
         self._names = {p: n for n, p in model.named_parameters()}
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict:
+        """What later snapshots depend on: the power iteration's warm start
+        (the last eigenvector) and the snapshot count. Plain tensors and ints,
+        for a training checkpoint (`torch.save`, loadable with weights_only)."""
+        return {"eigvec": None if self.eigvec is None else [t.detach().cpu().clone() for t in self.eigvec],
+                "n_snapshots": self.n_snapshots}
+
+    def load_state_dict(self, state: dict) -> None:
+        dev = next((p.device for p in self.model.parameters()), None)
+        ev = state.get("eigvec")
+        self.eigvec = None if ev is None else [t.to(dev) if dev is not None else t for t in ev]
+        self.n_snapshots = int(state.get("n_snapshots", 0))
 
     # -------------------------------------------------------------- pieces
     def _blocks(self) -> list[nn.Module]:
@@ -263,10 +325,11 @@ class Prober:
                 self._flag("probe loss", loss_value)
                 before = cap.outputs[0].float() if len(cap.outputs) == 1 else None
 
-                # one backward: gradients (with their graph if the Hessian is due)
+                # one backward: gradients (with their graph if the Hessian is due on this batch)
+                sub = self.hessian_sub_batch
                 if not params:
                     grads: list = []
-                elif do_hessian and math.isfinite(loss_value):
+                elif do_hessian and sub is None and math.isfinite(loss_value):
                     grads = list(torch.autograd.grad(loss, params, create_graph=True, allow_unused=True))
                 else:
                     grads = list(torch.autograd.grad(loss, params, allow_unused=True))
@@ -274,7 +337,14 @@ class Prober:
 
                 if do_hessian:
                     t0 = time.perf_counter()
-                    lam, iters, converged = self._power_iteration(params, grads) if math.isfinite(loss_value) else (math.inf, 0, False)
+                    if not math.isfinite(loss_value):
+                        lam, iters, converged = math.inf, 0, False
+                    elif sub is None or not params:
+                        lam, iters, converged = self._power_iteration(params, grads)
+                    else:  # the Hessian of the loss on the first hessian_batch examples
+                        sub_grads = self._graph_grads(params, sub)
+                        lam, iters, converged = (math.inf, 0, False) if sub_grads is None else self._power_iteration(params, sub_grads)
+                        del sub_grads  # free the graph before the update step
                     out["sharpness"] = lam
                     self._flag("sharpness", lam)
                     out["sharpness_iters"] = float(iters)
@@ -361,6 +431,15 @@ class Prober:
                     del state[p]
 
     # -------------------------------------------------------------- Hessian
+    def _graph_grads(self, params: list, batch) -> list | None:
+        """Gradients of the loss on `batch` with their graph (create_graph=True);
+        None if that loss is not finite."""
+        with torch.enable_grad():
+            loss = self.task.loss(self.model, batch)
+        if not math.isfinite(float(loss.detach())):
+            return None
+        return list(torch.autograd.grad(loss, params, create_graph=True, allow_unused=True))
+
     def _power_iteration(self, params: list, grads: list) -> tuple[float, int, bool]:
         """Signed largest-magnitude eigenvalue of the Hessian by power iteration.
 
@@ -379,8 +458,8 @@ class Prober:
         for it in range(1, self.hessian_iters + 1):
             hv = torch.autograd.grad(gs, ps, grad_outputs=v, retain_graph=it < self.hessian_iters, allow_unused=True)
             hv = [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(ps, hv)]
-            lam = float(_dot(v, hv))  # Rayleigh quotient, ||v|| = 1
-            norm = float(torch.stack(torch._foreach_norm(hv)).norm())
+            # Rayleigh quotient (||v|| = 1) and ||Hv||, in one host transfer
+            lam, norm = torch.stack([_dot(v, hv).float(), torch.stack(torch._foreach_norm(hv)).norm().float()]).tolist()
             if not (math.isfinite(lam) and math.isfinite(norm)):
                 return math.inf, it, False
             if norm == 0:
@@ -392,7 +471,6 @@ class Prober:
                 break
             lam_prev = lam
         self.eigvec = [t.detach() for t in v]
-        self._eig_shapes = [p.shape for p in ps]
         return lam, it, converged
 
     def _start_vector(self, ps: list[torch.Tensor], gs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -403,7 +481,7 @@ class Prober:
         eigenvector is nearly orthogonal to it (seen on a sum-aggregated
         mlp_resnet: 1.56e6 reported for a top eigenvalue of 3.23e6); the random
         part covers a zero gradient. The global RNG is left alone."""
-        if self.eigvec is not None and getattr(self, "_eig_shapes", None) == [p.shape for p in ps]:
+        if self.eigvec is not None and [tuple(t.shape) for t in self.eigvec] == [tuple(p.shape) for p in ps]:
             return _unit([t.to(p.device, p.dtype) for t, p in zip(self.eigvec, ps)])
         gen = torch.Generator().manual_seed(self.seed)
         r = _unit([torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype) for p in ps])

@@ -33,10 +33,11 @@ class Classification:
             perm = torch.randperm(n, generator=gen).to(d.x_train.device)
             for i in range(0, n - bs + 1, bs):
                 idx = perm[i : i + bs]
-                x = d.prepare(d.x_train[idx])
+                # index_select, not x_train[idx]: the same rows, about 3x faster than advanced indexing on CPU
+                x = d.prepare(d.x_train.index_select(0, idx))
                 if d.augment:
                     x = d.augment_batch(x, gen)
-                yield x, d.y_train[idx]
+                yield x, d.y_train.index_select(0, idx)
 
     def forward(self, model, batch):
         return model(batch[0])

@@ -18,6 +18,7 @@ import torch
 from nas_stab.models import build_model
 from nas_stab.stability import DivergenceRule, Prober, explain_nonfinite
 from nas_stab.tasks import load_task
+from nas_stab.training.malloc import keep_freed_memory
 from nas_stab.training.optim import build_optimizer, lr_factor, set_lr, total_steps
 
 STABILITY_KEYS = ("fwd_ratio", "grad_ratio", "update_ratio", "sharpness", "lr_sharpness")
@@ -65,6 +66,7 @@ def seed_everything(seed: int) -> None:
 def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Checkpointer | None = None) -> RunResult:
     """Train `spec` (already resolved: no search dimensions left) with `seed`."""
     t0 = time.perf_counter()
+    keep_freed_memory()  # no page faults on every step's activation buffers (see training/malloc.py)
     t, st = spec.train, spec.stability
     device = pick_device(t.device)
     seed_everything(seed)
@@ -91,6 +93,8 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         rule.load_state_dict(state["rule"])
+        if "prober" in state:  # the power iteration's warm start: the next sharpness as if never interrupted
+            prober.load_state_dict(state["prober"])
         history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
     else:
         set_lr(optimizer, t.lr, lr_factor(t, 0, total))
@@ -141,7 +145,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
                 checkpoint.save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "gen": gen.get_state(),
                      "torch_rng": torch.get_rng_state(), "rule": rule.state_dict(), "history": history,
-                     "metrics": metrics, "max_update": max_update, "step": step}
+                     "metrics": metrics, "max_update": max_update, "step": step, "prober": prober.state_dict()}
                 )
         else:
             step = total
