@@ -136,6 +136,8 @@ def test_one_size_one_row_one_seed(tmp_path):
     paths = build_leaderboard([d], formats="md,html,tex,csv", out_dir=tmp_path / "out")
     md = paths["md"].read_text()
     assert "| 1 | all | n/a |" in md  # no transfer axis: transfers does not apply
+    head, row = _md_rows(md)
+    assert row[head.index("lr_drift CI")] == "–"  # no interval: one dash, not "–––"
     assert (tmp_path / "out" / "plots" / "lr_transfer.png").is_file()
 
 
@@ -266,3 +268,12 @@ def test_several_runs_provenance_lists_every_run(tmp_path):
     assert "seed(s) 0, 1 appear in more than one run" in md  # a and b share seeds: said so
     csv = paths["csv"].read_text()
     assert "# seeds: 0, 1, 7 (a: 0, 1; b: 0, 1; c: 7)" in csv
+
+
+def _md_rows(md: str) -> tuple[list[str], list[str]]:
+    """Header and first body row of the leaderboard table in `md`."""
+    lines = [ln for ln in md.splitlines() if ln.startswith("| rank")]
+    start = md.splitlines().index(lines[0])
+    table = md.splitlines()[start:start + 3]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in table]
+    return cells[0], cells[2]

@@ -195,7 +195,8 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
         if r["best_n"] > 1 and not pd.isna(r["best_std"]):
             best += f" ± {_num(r['best_std'], 2)}"
         at = _best_at(r, st)
-        ci = f"{_oct(r['lr_drift_lo'])}–{_oct(r['lr_drift_hi'])}"
+        lo, hi = _oct(r["lr_drift_lo"]), _oct(r["lr_drift_hi"])
+        ci = "–" if lo == "–" and hi == "–" else f"{lo}–{hi}"  # no interval (no size axis): one dash, not three
         text.append(
             [str(r["rank"])] + labels + [
                 r["transfers"], _num(r["transfer_regret"], 3), _num(r["worst_regret"], 3), _num(r["spread"], 3),

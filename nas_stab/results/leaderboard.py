@@ -181,7 +181,7 @@ def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | 
         vals = [value(r) for r in runs]
         if len(set(vals)) == 1:
             return vals[0]
-        return "; ".join(f"{n}: {v}" for n, v in zip(names, vals))
+        return "; ".join(f"{n}: {str(v).rstrip('.')}" for n, v in zip(names, vals))  # no ".;" after a sentence
 
     def dataset(r: RunData) -> str:
         ds = lookup(r.spec, "task.dataset", {}) or {}
