@@ -116,13 +116,17 @@ def trial_overhead(text: str, repeats: int) -> None:
           f"({inside[0][2]} snapshots); wall time (noisy on a shared machine): +{100 * (wall_ratio - 1):.1f}%")
 
 
-def sharpness_cost(text: str, repeats: int) -> None:
+def _setup(text: str):
+    """The spec of `text`, its task on CPU, a fresh model and optimizer (seed 0), and its batch stream."""
     spec = loads_spec(text)
     torch.manual_seed(0)
     task = load_task(spec, 0, torch.device("cpu"))
     model = build_model(spec, task.info)
-    opt = build_optimizer(model, spec.train)
-    batches = task.train_batches(torch.Generator().manual_seed(0))
+    return spec, task, model, build_optimizer(model, spec.train), task.train_batches(torch.Generator().manual_seed(0))
+
+
+def sharpness_cost(text: str, repeats: int) -> None:
+    spec, task, model, opt, batches = _setup(text)
 
     clock = time.process_time  # CPU time: robust to other processes on a shared machine
 
@@ -179,12 +183,7 @@ def sharpness_cost(text: str, repeats: int) -> None:
 
 def accuracy(text: str, steps: int) -> None:
     """Top eigenvalue of the Hessian on sub-batches vs the whole probe batch and the whole training set."""
-    spec = loads_spec(text)
-    torch.manual_seed(0)
-    task = load_task(spec, 0, torch.device("cpu"))
-    model = build_model(spec, task.info)
-    opt = build_optimizer(model, spec.train)
-    batches = task.train_batches(torch.Generator().manual_seed(0))
+    spec, task, model, opt, batches = _setup(text)
     d = task.data
     train = (d.prepare(d.x_train), d.y_train)
 

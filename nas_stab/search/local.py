@@ -10,7 +10,6 @@ import os
 import traceback
 
 from nas_stab.search import plan
-from nas_stab.search.optuna_study import create_study
 
 
 def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> dict:
@@ -25,12 +24,7 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
     import torch
 
     torch.set_num_threads(spec.train.threads or max(1, os.cpu_count() or 1))
-    storage = spec.search.storage or rd.storage_url
-    study = create_study(spec, storage)
-    closed = plan.cleanup_study(study)
-    if closed:
-        rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
-    rows = {r["key"]: r for r in rd.read_trials()}
+    study, rows = plan.open_study(spec, rd)
     order = [(_int(r.get("trial")), _int(r.get("seed"))) for r in rows.values()]
     in_order = order == sorted(order)  # False after a run killed between an append and its final sort
     searched = spec.space.keys

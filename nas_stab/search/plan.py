@@ -74,6 +74,18 @@ def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=No
 # ------------------------------------------------------------------ Optuna states
 
 
+def open_study(spec, rd):
+    """The run's Optuna study, with the trials an interrupted driver left running closed
+    (they are trained again), and the runs already recorded in trials.csv by key."""
+    from nas_stab.search.optuna_study import create_study
+
+    study = create_study(spec, spec.search.storage or rd.storage_url)
+    closed = cleanup_study(study)
+    if closed:
+        rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
+    return study, {r["key"]: r for r in rd.read_trials()}
+
+
 def cleanup_study(study) -> int:
     """No trial is ever left running: trials a killed driver left RUNNING or
     WAITING are closed as FAIL (user attr status=interrupted). Returns how many."""

@@ -33,7 +33,6 @@ from typing import Callable
 
 from nas_stab.errors import RunError
 from nas_stab.search import plan
-from nas_stab.search.optuna_study import create_study
 
 RAY_TESTED = "2.60."  # Searcher and TrialScheduler are Ray developer APIs: see tests/test_ray_traps.py
 PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
@@ -45,12 +44,7 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
 
     `run_fn` replaces `plan.run_job` in the workers (tests use toy runs).
     """
-    storage = spec.search.storage or rd.storage_url
-    study = create_study(spec, storage)
-    closed = plan.cleanup_study(study)
-    if closed:
-        rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
-    rows = {r["key"]: r for r in rd.read_trials()}
+    study, rows = plan.open_study(spec, rd)
     searched = spec.space.keys
 
     if spec.search.sampler == "grid":
