@@ -37,7 +37,7 @@ stop_cluster() {
         done
     fi
     for p in $pids; do kids="$kids $(pgrep -P "$p" || true)"; done
-    [ -n "${pids// /}" ] || { echo "no running processes for $dir"; rm -rf "$dir"; exit 0; }
+    [ -n "${pids// /}" ] || { echo "no running processes for $dir"; rm -rf "$dir"; return 0; }
     kill $pids $kids 2>/dev/null || true
     for _ in $(seq 1 20); do
         alive=""
@@ -63,7 +63,16 @@ PORT=${RAY_PORT:-$(free_port)}
 CLIENT_PORT=${CLIENT_PORT:-$(free_port)}
 DIR=$(mktemp -d /tmp/nas-ray-XXXXXX)  # short: Ray's socket paths live under it
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}  # Ray 2.60's token auth; the token is ~/.ray/auth_token
+# grpcio 1.81-1.85: a process Ray forks while gRPC is busy can die before it runs (grpc/grpc#43055),
+# e.g. the Ray Client server's per-client driver; Ray's processes do not need gRPC's fork handlers
+export GRPC_ENABLE_FORK_SUPPORT=${GRPC_ENABLE_FORK_SUPPORT:-false}
 RAY=("$PY" -m nas_stab.search.ray_loopback)
+if [ "${RAY_AUTH_MODE,,}" = "token" ] && [ -z "${RAY_AUTH_TOKEN:-}" ] && [ ! -s "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}" ]; then
+    # a fresh machine has no token yet, and `ray start` will not make one: make it (once, for every cluster here)
+    "${RAY[@]}" get-auth-token --generate >"$DIR/auth.log" 2>&1 \
+        || { cat "$DIR/auth.log" >&2; echo "could not create Ray's auth token (ray get-auth-token --generate)" >&2; rm -rf "$DIR"; exit 1; }
+    echo "created Ray's auth token in ${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
+fi
 COMMON=(--node-ip-address=127.0.0.1 --temp-dir="$DIR" --disable-usage-stats)
 echo "$PORT" >"$DIR/gcs_port"
 

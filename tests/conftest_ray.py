@@ -7,6 +7,7 @@ shut down. A test module imports the fixtures it needs:
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -131,12 +132,14 @@ def ray_two_nodes():
         cluster.shutdown()
 
 
-@pytest.fixture(scope="module")
-def ray_client_head():
+@contextlib.contextmanager
+def client_head(**env):
     """A Ray head on loopback with a Ray Client server (runners/local_cluster.sh, 0 workers, 2 CPUs).
 
-    Yields its Ray Client address ``ray://127.0.0.1:PORT``. This process is not connected to it: the
-    runner connects itself. The cluster is stopped (its processes, by id) even if the test fails.
+    Yields its Ray Client address ``ray://127.0.0.1:PORT``; `env` is added to the head's environment.
+    This process is not connected to it: the runner connects itself. The cluster is stopped (its
+    processes, by id) even if the test fails, and the Ray Client server's logs are printed first
+    (pytest shows them with a failing test's teardown output).
     """
     import sys
 
@@ -146,7 +149,7 @@ def ray_client_head():
         ray.shutdown()
     script = Path(__file__).resolve().parents[1] / "runners" / "local_cluster.sh"
     port = _free_port()
-    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token", CLIENT_PORT=str(port))
+    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token", CLIENT_PORT=str(port), **env)
     start = subprocess.run(["bash", str(script), "0", "2"], capture_output=True, text=True, env=env, timeout=300)
     m = re.search(r"local_cluster\.sh stop (\S+)", start.stdout)
     tmp_dir = m.group(1) if m else None
@@ -170,7 +173,17 @@ def ray_client_head():
             os.environ["RAY_AUTH_MODE"] = old_auth
         reset_auth_token_state()
         if tmp_dir:
+            for f in sorted(Path(tmp_dir).glob("session_*/logs/ray_client_server*")):
+                if f.is_file() and not f.parent.parent.is_symlink():
+                    print(f"==== {f}\n{f.read_text(errors='replace')[-4000:]}")
             subprocess.run(["bash", str(script), "stop", tmp_dir], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def ray_client_head():
+    """`client_head()` for a whole test module."""
+    with client_head() as address:
+        yield address
 
 
 # ---------------------------------------------------------------- PostgreSQL

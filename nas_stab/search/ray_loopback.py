@@ -26,6 +26,20 @@ import sys
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def no_grpc_fork_handlers() -> None:
+    """Turn off gRPC's fork handlers in this process and the Ray processes it starts (unless set).
+
+    grpcio 1.81-1.85 restarts its epoll poller in a child forked while gRPC is busy; when Python's
+    subprocess then closes the child's file descriptors before exec, the poller hits EBADF and the
+    child dies before it runs (grpc/grpc#43055). Ray starts its processes with a preexec_fn, so
+    they are forked: a head's Ray Client server then fails to start a client's driver ("Starting
+    Ray client server failed") about once in 20 connections on a busy machine; with
+    GRPC_ENABLE_FORK_SUPPORT=false, none in 100 (benchmarks/grpc_fork.py). Ray's processes exec
+    right after fork, so they never needed the handlers. Read when gRPC starts: call it before that.
+    """
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
 def host_of(address: str) -> str:
     addr = address.split("://", 1)[-1]
     if addr.startswith("["):
@@ -69,6 +83,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwarg
     (or ``auto`` pointing at one) is joined on loopback; anything else is
     passed to `ray.init` as is.
     """
+    no_grpc_fork_handlers()
     import ray
 
     kwargs.setdefault("log_to_driver", False)
@@ -100,6 +115,7 @@ def _option(args: list[str], name: str) -> str | None:
 
 def main() -> int:
     """`ray` CLI with loopback addresses left alone (see runners/local_cluster.sh)."""
+    no_grpc_fork_handlers()
     import ray._private.services as services
 
     services.resolve_ip_for_localhost = lambda host: host

@@ -28,6 +28,7 @@ import contextlib
 import datetime as _dt
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -221,6 +222,9 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     Yields a function that records the processes of a local Ray started here in `pid_file`,
     so that a rerun after a SIGKILL ends the ones Ray leaves behind (`ray_procs`).
     """
+    from nas_stab.search.ray_loopback import no_grpc_fork_handlers
+
+    no_grpc_fork_handlers()  # before Ray starts gRPC here or in a local Ray it starts
     import ray
 
     from nas_stab.search import ray_procs
@@ -242,10 +246,18 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     record = nothing
     if addr and is_client_address(addr):
         try:
-            init_ray(addr)
+            connect_client(addr, init_ray, log)
         except ImportError as e:  # ray[client] (grpcio) missing
             raise RunError(f"runner.address {addr!r} needs Ray Client: pip install 'ray[client]' ({e})") from None
         except ConnectionError as e:
+            if _driver_failed(e):
+                raise RunError(
+                    f"the Ray Client server at {addr!r} accepted the connection but could not start a driver "
+                    f"process for it ({CLIENT_ATTEMPTS} attempts): see ray_client_server_*.err in the head's "
+                    "session logs (/tmp/ray/session_latest/logs unless the head was started with --temp-dir). "
+                    "'epoll_wait error: Bad file descriptor' there is grpcio 1.81-1.85's fork bug "
+                    "(grpc/grpc#43055): start the head with GRPC_ENABLE_FORK_SUPPORT=false in its environment"
+                ) from None
             raise RunError(
                 f"cannot connect to the Ray Client server at {addr!r}: {e}. Is the head started with "
                 "`ray start --head --ray-client-server-port PORT` (default 10001) and reachable from here? "
@@ -278,6 +290,40 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
         ray.shutdown()
         if pid_file is not None and record is not nothing:
             pid_file.unlink(missing_ok=True)
+
+
+# Ray 2.60's proxier, when the driver it starts for a connection dies before it runs, or does not answer in 30 s
+_DRIVER_FAILED = ("Starting Ray client server failed", "Proxy failed to Connect to backend")
+CLIENT_ATTEMPTS = 3
+CLIENT_BACKOFF_S = 2.0  # before attempt k+1: k times this (and Ray itself takes ~40 s to report the failure)
+
+
+def _driver_failed(e: Exception) -> bool:
+    return any(m in str(e) for m in _DRIVER_FAILED)
+
+
+def connect_client(addr: str, connect: Callable, log: Callable = print, sleep: Callable | None = None) -> None:
+    """`connect(addr)` through Ray Client, retried when the head could not start this client's driver.
+
+    A Ray Client server (the proxier) starts one driver process per connection; when that process dies
+    at start the connection fails with "Starting Ray client server failed" (or, when it dies a little
+    later, "Proxy failed to Connect to backend"), and the next connection gets a new process. Anything
+    else (nothing listening, authentication) fails at once.
+    """
+    import ray
+
+    for attempt in range(1, CLIENT_ATTEMPTS + 1):
+        try:
+            connect(addr)
+            return
+        except ConnectionError as e:
+            if not _driver_failed(e) or attempt == CLIENT_ATTEMPTS:
+                raise
+            log(f"ray: the Ray Client server at {addr} could not start a driver for this connection "
+                f"(attempt {attempt} of {CLIENT_ATTEMPTS}); connecting again")
+            if ray.is_initialized():
+                ray.shutdown()
+            (sleep or time.sleep)(CLIENT_BACKOFF_S * attempt)
 
 
 def _cluster_summary(ray) -> str:
