@@ -7,6 +7,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 os.environ.setdefault("NAS_STAB_CACHE", str(ROOT / ".cache-test"))
+# before any test starts gRPC (Ray Client, Ray): see nas_stab.search.ray_loopback.no_grpc_fork_handlers
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 
 @pytest.fixture(autouse=True, scope="session")
