@@ -31,6 +31,17 @@ def direction(metric: str) -> str:
     return "maximize" if metric in MAXIMIZE else "minimize"
 
 
+def value_range(metric: str) -> tuple[float, float]:
+    """The values `metric` can take: accuracies in [0, 1], BLEU in [0, 100], losses and ratios >= 0."""
+    if metric in ("val_acc", "test_acc"):
+        return 0.0, 1.0
+    if metric in ("bleu", "test_bleu"):
+        return 0.0, 100.0
+    if metric.endswith("sharpness"):  # an eigenvalue: either sign
+        return float("-inf"), float("inf")
+    return 0.0, float("inf")
+
+
 def worst_value(metric: str, loss_threshold: float | None = None) -> float:
     """The value a diverged, pruned or failed run counts with in a leaderboard (SPEC 5)."""
     if metric in MAXIMIZE:

@@ -191,6 +191,24 @@ def test_no_star_for_a_size_where_nothing_trained():
     _close(fig)
 
 
+def test_error_bars_stay_within_the_metric_range():
+    """An accuracy's mean +- std bar is cut at 0 and 1: a cell with one seed at 0.99 and one at 0.6
+    (std 0.28) must not reach 1.07, a cell with a diverged seed (counted at 0) must not go below 0."""
+    t = {("avg", 1, 0.1): [0.99, 0.6], ("avg", 1, 0.2): [0.9, "diverged"], ("avg", 2, 0.1): [0.5, 0.48],
+         ("avg", 2, 0.2): [0.52, 0.5]}
+    a = _analysis(t)
+    fig = plots.transfer_figure(a)
+    ax = fig.axes[0]
+    ends = [y for c in ax.containers for seg in c.lines[2][0].get_segments() for y in (seg[0][1], seg[1][1])]
+    assert ends and min(ends) >= 0.0 and max(ends) <= 1.0
+    assert max(ends) == pytest.approx(1.0) and min(ends) == pytest.approx(0.0)  # both cells were cut
+    inner = [seg for c in ax.containers for seg in c.lines[2][0].get_segments() if seg[0][0] > math.log2(0.15)]
+    lo, hi = ax.get_ylim()
+    assert hi <= 1.1 and lo >= -0.1  # the shared y range follows the cut bars
+    assert inner  # the lr-0.2 cells have bars too
+    _close(fig)
+
+
 def test_pngs_still_written():
     a = _analysis(_grid())
     for png in (plots.transfer_plot(a), plots.divergence_plot(a)):

@@ -2,7 +2,7 @@
 
 - `transfer_plot`: the metric against log2(lr), one line per size, one panel
   per row label (the muP style); error bars are the standard deviation over
-  seeds; a cell where any run diverged is marked with a red cross, and each
+  seeds, cut at the metric's range (accuracy in [0, 1], BLEU in [0, 100]); a cell where any run diverged is marked with a red cross, and each
   size's best learning rate with a star (none for a size where no run counted:
   it has no best learning rate). All panels share one x and one y range; with a
   single learning rate the x range is one octave either side of it, the sizes
@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from nas_stab.metrics import value_range
 from nas_stab.results.analysis import Analysis, fmt_value
 
 __all__ = [
@@ -173,11 +174,12 @@ def transfer_figure(a: Analysis):
     colors = _size_colors(sizes)
     size_name = dict(zip(cells["_s"], cells["size"]))
 
-    # one y range for every panel, error bars included
+    # one y range for every panel, error bars included (clipped to the values the metric can take)
+    bounds = value_range(st.metric)
     mean = cells["mean"].to_numpy(dtype=float)
-    err = np.nan_to_num(cells["std"].to_numpy(dtype=float))
+    err_lo, err_hi = _bars(mean, cells["std"].to_numpy(dtype=float), bounds)
     ok = np.isfinite(mean)
-    lo, hi = (float((mean - err)[ok].min()), float((mean + err)[ok].max())) if ok.any() else (0.0, 1.0)
+    lo, hi = (float((mean - err_lo)[ok].min()), float((mean + err_hi)[ok].max())) if ok.any() else (0.0, 1.0)
     span = hi - lo or max(abs(hi), 1.0)
     ylim = (lo - 0.06 * span, hi + 0.06 * span)
     # one x range: the learning rates tried; a single learning rate gets an octave either side
@@ -197,7 +199,7 @@ def transfer_figure(a: Analysis):
             x = np.log2(grp["lr"].to_numpy()) + dodge[s]
             y = grp["mean"].to_numpy()
             e = np.nan_to_num(grp["std"].to_numpy())
-            ax.errorbar(x, y, yerr=e, marker="o", ms=4 if single else 3, lw=1.4, capsize=2, color=colors[s],
+            ax.errorbar(x, y, yerr=np.vstack(_bars(y, e, bounds)), marker="o", ms=4 if single else 3, lw=1.4, capsize=2, color=colors[s],
                         label=_size_name(a, size_name[s]))
             div = grp["n_diverged"].to_numpy() > 0
             if div.any():
@@ -222,9 +224,20 @@ def transfer_figure(a: Analysis):
             ax.set_xticks([xs[0]], [f"{xs[0]:.2f}\n(lr {lr0:.3g})"])
         ax.grid(alpha=0.3)
     _size_legend(fig, axes, a)
-    head = f"{st.metric} vs learning rate (x: a run diverged; *: best lr of a size; bars: std over seeds)"
+    head = f"{st.metric} vs learning rate (x: a run diverged; *: best lr of a size; bars: std over seeds, within the metric's range)"
     _suptitle(fig, a, head)
     return fig
+
+
+def _bars(mean, std, bounds: tuple[float, float]):
+    """(below, above) lengths of mean +- std error bars, cut at the metric's range: an accuracy bar
+    does not go above 1 or below 0 (a cell with a diverged seed, counted at 0, has a large std)."""
+    std = np.nan_to_num(np.asarray(std, dtype=float))
+    mean = np.asarray(mean, dtype=float)
+    with np.errstate(invalid="ignore"):
+        below = np.clip(np.minimum(std, mean - bounds[0]), 0.0, None)
+        above = np.clip(np.minimum(std, bounds[1] - mean), 0.0, None)
+    return np.nan_to_num(below), np.nan_to_num(above)
 
 
 def transfer_plot(a: Analysis) -> bytes | None:
