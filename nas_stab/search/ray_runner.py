@@ -68,17 +68,29 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
     progress = plan.Progress(spec, total, stream=progress_stream)
     for r in rows.values():
         progress.add_existing(r)
+    order = [(_int(r.get("trial")), _int(r.get("seed"))) for r in rows.values()]
+    in_order = order == sorted(order)  # False after a run killed between an append and its final sort
+    added = 0
 
     def on_finish(new_rows: list[dict], results) -> None:
+        # as the local runner: append the new rows (fsynced), not rewrite every row after every trial
+        nonlocal added
+        replaced = False
         for row, res in zip(new_rows, results):
+            replaced |= row["key"] in rows
             rows[row["key"]] = row
             rd.write_history(row["run_id"], res.history)
-        rd.write_trials(list(rows.values()), searched, spec.task.kind)
+        rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
+        added += len(new_rows)
         for row in new_rows:
             rd.log(progress.update(row))
 
-    if n_trials:
-        _run_tune(spec, rd, study, pending, n_trials, on_finish, run_fn)
+    try:
+        if n_trials:
+            _run_tune(spec, rd, study, pending, n_trials, on_finish, run_fn)
+    finally:
+        if added or not in_order:  # appended rows are in the order trials finished: back to (trial, seed) order
+            rd.write_trials(rows.values(), searched, spec.task.kind)
     counts: dict[str, int] = {}
     for r in rows.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -401,6 +413,13 @@ def _quiet_tune():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 1 << 62
 
 
 def _steps_hint(spec) -> int:

@@ -3,7 +3,9 @@
 A grid trial trains one (configuration, seed) job; a sampled trial trains the
 configuration once per seed, in order, stopping at the first seed that does
 not complete (as the local runner does). Each run goes through the same
-`plan.run_job` -> `train_run` as the local runner.
+`plan.run_job` -> `train_run` as the local runner, and a worker process that
+trains several trials in turn (Tune reuses trial actors) loads each dataset
+once (`reuse_data`), as the local runner does once per search.
 
 What the trial sends to the driver, all through `tune.report` (the driver is
 the only process that talks to the Optuna study or writes the run directory):
@@ -161,7 +163,9 @@ def trial_main(config: dict, *, spec, board=None, cwd: str | None = None, run_fn
         os.chdir(cwd)  # relative dataset roots mean what they mean to the driver
     torch.set_num_threads(int(nas["threads"]))
     run = run_fn or plan.run_job
-    trial_id = tune.get_context().get_trial_id()
+    context = tune.get_context()
+    trial_id = context.get_trial_id()
+    reuse_data(context.get_experiment_name())
     objective = spec.search.objective
 
     saved = load_tune_checkpoint()
@@ -179,6 +183,35 @@ def trial_main(config: dict, *, spec, board=None, cwd: str | None = None, run_fn
         tune.report({KIND: "run_done", "nas_index": i, "nas_result": enc, "nas_node": _node_id()})
         if result.status != "complete":
             break  # a pruned, diverged or failed seed ends the trial
+
+
+# ---------------------------------------------------------------- data, once per worker process
+
+_DATA_SCOPE: tuple[str, Any] | None = None  # (experiment, the open reuse_loaded() block) in this process
+
+
+def reuse_data(experiment: str) -> None:
+    """Load each dataset once per worker process and experiment, as the local runner does per run.
+
+    Tune runs a trial in an actor process and, with ``reuse_actors=True``, gives a finished trial's
+    actor to the next trial that needs the same resources (`FunctionTrainable.reset_config`), so one
+    process trains many trials in turn. This keeps a `nas_stab.data.reuse_loaded()` block open in
+    the process for the whole Tune experiment `experiment` (one `run_ray` call, as the local
+    runner's block is one `nas-stab run`): the trials it trains share the loaded data (training
+    never modifies it), and only the first reads the files. A trial of another experiment in the
+    same process starts a new block, so it reads the files again.
+    """
+    global _DATA_SCOPE
+    from nas_stab.data import reuse_loaded
+
+    if _DATA_SCOPE is not None and _DATA_SCOPE[0] == experiment:
+        return
+    if _DATA_SCOPE is not None:
+        _DATA_SCOPE[1].__exit__(None, None, None)  # drops the other experiment's data
+        _DATA_SCOPE = None
+    block = reuse_loaded()
+    block.__enter__()
+    _DATA_SCOPE = (experiment, block)
 
 
 def _node_id() -> str:
