@@ -3,6 +3,11 @@
 Resuming is the normal case: rerunning the same spec skips every run whose
 key is already in trials.csv, closes trials a killed driver left RUNNING as
 FAIL (status interrupted) and trains them again.
+
+`runner.concurrency: N` > 1 trains N runs at once in worker processes
+(nas_stab/search/local_pool.py): the grid keeps N of its runs going, the other
+samplers ask up to N trials at once. This process alone asks, tells and
+writes the run directory, as with N = 1, which trains in this process.
 """
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None) -> d
 def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
     import torch
 
-    torch.set_num_threads(spec.train.threads or max(1, os.cpu_count() or 1))
+    pooled = spec.runner.concurrency > 1
+    if not pooled:
+        torch.set_num_threads(spec.train.threads or max(1, os.cpu_count() or 1))
     study, rows = plan.open_study(spec, rd)
     order = [(_int(r.get("trial")), _int(r.get("seed"))) for r in rows.values()]
     in_order = order == sorted(order)  # False after a run killed between an append and its final sort
@@ -42,6 +49,21 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
         rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
         added += len(new_rows)
 
+    def finish_run(job, ot, result, tb) -> None:  # grid: one run is one Optuna trial
+        if tb:
+            rd.log(f"{job.run_id} failed:\n{tb}")
+        plan.tell(study, ot, result.status, result.metrics.get(spec.search.objective), result.error)
+        row = plan.make_row(spec, job, result, ot.number)
+        save([row], [result])
+        rd.log(progress.update(row))
+
+    def finish_trial(ot, results, new_rows) -> None:  # other samplers: a trial is its seeds' runs
+        status = plan.trial_status(results)
+        plan.tell(study, ot, status, plan.run_value(spec, results), "; ".join(r.error for r in results if r.error))
+        save(new_rows, results)
+        for row in new_rows:
+            rd.log(progress.update(row))
+
     if spec.search.sampler == "grid":
         resolved: dict = {}
         jobs = plan.grid_jobs(spec, resolved=resolved)
@@ -50,24 +72,19 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
         progress = plan.Progress(spec, len(jobs), stream=progress_stream)
         for r in rows.values():
             progress.add_existing(r)
-        for job in jobs:
-            if job.key in rows:
-                continue
-            study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
-            ot = study.ask()
-            spec.space.suggest(ot, base)  # records the enqueued values with their distributions
-            try:
-                result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(ot, spec.search.objective, prune=prune),
-                                          resolved=resolved.get(job.key))
-            except BaseException:
-                plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
-                raise
-            if tb:
-                rd.log(f"{job.run_id} failed:\n{tb}")
-            plan.tell(study, ot, result.status, result.metrics.get(spec.search.objective), result.error)
-            row = plan.make_row(spec, job, result, ot.number)
-            save([row], [result])
-            rd.log(progress.update(row))
+        todo = [job for job in jobs if job.key not in rows]
+        if pooled:
+            _grid_pool(spec, study, todo, resolved, base, prune, finish_run)
+        else:
+            for job in todo:
+                ot = _ask_grid(spec, study, job, base)
+                try:
+                    result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(ot, spec.search.objective, prune=prune),
+                                              resolved=resolved.get(job.key))
+                except BaseException:
+                    plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
+                    raise
+                finish_run(job, ot, result, tb)
     else:
         from optuna.trial import TrialState
 
@@ -79,37 +96,143 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
         progress = plan.Progress(spec, target * len(spec.seeds), stream=progress_stream)
         for r in rows.values():
             progress.add_existing(r)
-        for _ in range(max(0, target - len(finished))):
-            ot = study.ask()
-            try:
-                params = spec.space.suggest(ot, base)
-                resolved = plan.try_resolve(spec, params)
-                results, new_rows = [], []
-                for i, seed in enumerate(spec.seeds):
-                    job = plan.sampled_job(spec, ot.number, params, seed, resolved=resolved)
-                    total = _steps_hint(spec)
-                    reporter = plan.make_reporter(ot, spec.search.objective, offset=i * total, prune=prune)
-                    result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
-                    if tb:
-                        rd.log(f"{job.run_id} failed:\n{tb}")
-                    results.append(result)
-                    new_rows.append(plan.make_row(spec, job, result, ot.number))
-                    if result.status != "complete":
-                        break  # a pruned, diverged or failed seed ends the trial
-            except BaseException:
-                plan.tell(study, ot, plan.INTERRUPTED, None, traceback.format_exc(limit=2))
-                raise
-            status = plan.trial_status(results)
-            plan.tell(study, ot, status, plan.run_value(spec, results), "; ".join(r.error for r in results if r.error))
-            save(new_rows, results)
-            for row in new_rows:
-                rd.log(progress.update(row))
+        if pooled:
+            _sampled_pool(spec, study, rd, max(0, target - len(finished)), base, prune, finish_trial)
+        else:
+            for _ in range(max(0, target - len(finished))):
+                ot = study.ask()
+                try:
+                    params = spec.space.suggest(ot, base)
+                    resolved = plan.try_resolve(spec, params)
+                    results, new_rows = [], []
+                    for i, seed in enumerate(spec.seeds):
+                        job = plan.sampled_job(spec, ot.number, params, seed, resolved=resolved)
+                        total = _steps_hint(spec)
+                        reporter = plan.make_reporter(ot, spec.search.objective, offset=i * total, prune=prune)
+                        result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
+                        if tb:
+                            rd.log(f"{job.run_id} failed:\n{tb}")
+                        results.append(result)
+                        new_rows.append(plan.make_row(spec, job, result, ot.number))
+                        if result.status != "complete":
+                            break  # a pruned, diverged or failed seed ends the trial
+                except BaseException:
+                    plan.tell(study, ot, plan.INTERRUPTED, None, traceback.format_exc(limit=2))
+                    raise
+                finish_trial(ot, results, new_rows)
     if added or not in_order:  # appended rows are in the order runs finished; leave the file in (trial, seed) order
         rd.write_trials(rows.values(), searched, spec.task.kind)
     counts = {}
     for r in rows.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     return counts
+
+
+def _ask_grid(spec, study, job, base):
+    """The Optuna trial of a grid run: its point enqueued, then asked."""
+    study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
+    ot = study.ask()
+    spec.space.suggest(ot, base)  # records the enqueued values with their distributions
+    return ot
+
+
+def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run) -> None:
+    """Grid runs in `runner.concurrency` worker processes, asked in grid order as workers free up."""
+    from nas_stab.search.local_pool import WorkerPool
+
+    if not jobs:
+        return
+    pending = iter(jobs)
+    running: dict = {}  # Optuna trial number -> trial, until told
+    with WorkerPool(spec, spec.runner.concurrency) as pool:
+        try:
+            while True:
+                for job in _take(pending, pool.idle):
+                    ot = _ask_grid(spec, study, job, base)
+                    running[ot.number] = ot
+                    pool.submit((job, ot), ot, job.params, job.seed, resolved.get(job.key), prune=prune)
+                if not pool.busy:
+                    return
+                for (job, ot), result, tb in pool.wait():
+                    del running[ot.number]
+                    finish_run(job, ot, result, tb)
+        except BaseException:
+            _interrupted(study, running)
+            raise
+
+
+def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) -> None:
+    """`count` trials of a sampler with up to `runner.concurrency` asked at once.
+
+    A trial's seeds run one after another (the next seed on the worker the
+    previous one freed), as in-process: a pruned, diverged or failed seed
+    ends the trial, and seed i reports at steps offset by i * train.steps.
+    """
+    from nas_stab.search.local_pool import WorkerPool
+
+    if count <= 0:
+        return
+    total = _steps_hint(spec)
+    asked = 0
+    running: dict = {}  # Optuna trial number -> trial, until told
+
+    def start_seed(t) -> None:
+        i = len(t.results)
+        pool.submit(t, t.ot, t.params, spec.seeds[i], t.resolved, offset=i * total, prune=prune)
+
+    with WorkerPool(spec, spec.runner.concurrency) as pool:
+        try:
+            while True:
+                while pool.idle and asked < count:
+                    ot = study.ask()
+                    asked += 1
+                    running[ot.number] = ot
+                    params = spec.space.suggest(ot, base)
+                    start_seed(_Trial(ot, params, plan.try_resolve(spec, params)))
+                if not pool.busy:
+                    return
+                for t, result, tb in pool.wait():
+                    job = plan.sampled_job(spec, t.ot.number, t.params, spec.seeds[len(t.results)], resolved=t.resolved)
+                    if tb:
+                        rd.log(f"{job.run_id} failed:\n{tb}")
+                    t.results.append(result)
+                    t.rows.append(plan.make_row(spec, job, result, t.ot.number))
+                    if result.status == "complete" and len(t.results) < len(spec.seeds):
+                        start_seed(t)
+                    else:
+                        del running[t.ot.number]
+                        finish_trial(t.ot, t.results, t.rows)
+        except BaseException:
+            _interrupted(study, running)
+            raise
+
+
+class _Trial:
+    """A sampled trial in progress: its Optuna trial, configuration, and its seeds' results so far."""
+
+    def __init__(self, ot, params: dict, resolved):
+        self.ot, self.params, self.resolved = ot, params, resolved
+        self.results: list = []
+        self.rows: list[dict] = []
+
+
+def _take(it, n: int) -> list:
+    out = []
+    for _ in range(n):
+        x = next(it, None)
+        if x is None:
+            break
+        out.append(x)
+    return out
+
+
+def _interrupted(study, running: dict) -> None:
+    """Close the trials still running when the driver stops (Ctrl-C, an error): trained again on a rerun."""
+    for ot in running.values():
+        try:
+            plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
+        except Exception:  # closing what can be closed; a rerun closes the rest
+            pass
 
 
 def _int(v) -> int:
