@@ -19,9 +19,7 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
     from nas_stab.training.malloc import keep_freed_memory
     from nas_stab.training.optim import build_optimizer, total_steps
 
-    import os
-
-    torch.set_num_threads(t.threads or max(1, os.cpu_count() or 1))  # as the local runner does
+    torch.set_num_threads(run_threads(spec))  # each run's threads, as the runner will set them
     keep_freed_memory()  # as train_run does: timing without it overstates CNN steps by 15-30%
     device = pick_device(t.device)
     torch.manual_seed(0)
@@ -46,7 +44,22 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
             times.append(time.perf_counter() - t0)
     per_step = sorted(times)[len(times) // 2]
     total = per_step * steps * runs
-    return f"{line}; ~{per_step * 1000:.1f} ms/step on {device.type} for the base configuration -> ~{_fmt(total)} of training (probes and evaluation extra)"
+    at_once = min(spec.runner.concurrency, runs)
+    wall = f", ~{_fmt(total / at_once)} wall at {at_once} runs at once" if at_once > 1 else ""
+    return (f"{line}; ~{per_step * 1000:.1f} ms/step ({run_threads(spec)} torch thread(s)) on {device.type} for the base "
+            f"configuration -> ~{_fmt(total)} of training{wall} (probes and evaluation extra)")
+
+
+def run_threads(spec) -> int:
+    """torch threads of one run, as the runner sets them: `train.threads`, else the local runner's
+    cpus shared by `runner.concurrency` runs, or the Ray runner's `runner.resources.cpu` per trial."""
+    if spec.runner.kind == "ray":
+        from nas_stab.search.ray_runner import trial_resources
+
+        return spec.train.threads or max(1, int(trial_resources(spec.runner)["cpu"]))
+    from nas_stab.search.local_pool import worker_threads
+
+    return worker_threads(spec, spec.runner.concurrency)
 
 
 def _fmt(s: float) -> str:

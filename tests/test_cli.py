@@ -26,6 +26,24 @@ def test_validate_prints_resolved_config_trials_and_cost(tiny_yaml):
     assert "ms/step" in r.stdout and "optimizer steps" in r.stdout
 
 
+def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurrency(tiny_yaml):
+    import os
+
+    from nas_stab.estimate import run_threads
+    from nas_stab.spec import loads_spec
+
+    base = TINY.replace("train: {lr: 0.05", "runner: {concurrency: 2}\ntrain: {lr: 0.05")
+    spec = loads_spec(base)
+    assert run_threads(spec) == max(1, (os.cpu_count() or 1) // 2)  # the local runner's workers share the cpus
+    assert run_threads(loads_spec(base.replace("batch_size: 32", "batch_size: 32, threads: 3"))) == 3
+    ray = loads_spec(TINY.replace("train: {lr: 0.05", "runner: {kind: ray, resources: {cpu: 4}}\ntrain: {lr: 0.05"))
+    assert run_threads(ray) == 4  # a Ray trial's torch threads are its CPUs
+    r = run_cli("validate", tiny_yaml, "--set", "runner.concurrency=2", "--set", "train.threads=1")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("cost:"))
+    assert "(1 torch thread(s))" in line and "wall at 2 runs at once" in line
+
+
 def test_bad_input_exit_2_without_traceback(tmp_path, tiny_yaml):
     bad = tmp_path / "bad.yaml"
     bad.write_text(TINY.replace("width: 16", "widht: 16"))
