@@ -60,3 +60,31 @@ def test_local_cluster_script_runs_an_experiment(tmp_path):
     client = subprocess.run(["pgrep", "-f", f"ray.util.client.server --address={address} "], capture_output=True,
                             text=True).stdout.split()
     assert not left and not client and not Path(tmp_dir).exists()
+
+
+@pytest.mark.slow
+def test_local_cluster_script_on_a_machine_without_a_token(tmp_path):
+    """A fresh machine has no ~/.ray/auth_token and `ray start` will not make one: the script does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env.update(PYTHON=sys.executable, RAY_AUTH_MODE="token", HOME=str(home))
+    start = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "0", "1"], capture_output=True, text=True,
+                           env=env, timeout=300)
+    m = re.search(r"local_cluster\.sh stop (\S+)", start.stdout)
+    try:
+        assert start.returncode == 0, start.stderr + start.stdout
+        assert f"created Ray's auth token in {home}/.ray/auth_token" in start.stdout
+        assert len((home / ".ray" / "auth_token").read_text().strip()) >= 32
+    finally:
+        if m:
+            subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "stop", m.group(1)], capture_output=True,
+                           text=True, env=env, timeout=120)
+
+
+def test_local_cluster_script_fails_loudly_when_a_node_does_not_start():
+    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token")
+    r = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "0", "not-a-number"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr  # it exited 0 before, after cleaning up
+    assert "--num-cpus" in r.stderr and "address:" not in r.stdout
