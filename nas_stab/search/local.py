@@ -32,8 +32,7 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
     if not pooled:
         torch.set_num_threads(spec.train.threads or max(1, os.cpu_count() or 1))
     study, rows = plan.open_study(spec, rd)
-    order = [(_int(r.get("trial")), _int(r.get("seed"))) for r in rows.values()]
-    in_order = order == sorted(order)  # False after a run killed between an append and its final sort
+    in_order = plan.in_trial_order(rows.values())  # False after a run killed between an append and its final sort
     searched = spec.space.keys
     base = plan.base_lookup(spec)
     prune = spec.search.pruner.name != "none"
@@ -233,13 +232,6 @@ def _interrupted(study, running: dict) -> None:
             plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
         except Exception:  # closing what can be closed; a rerun closes the rest
             pass
-
-
-def _int(v) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return 1 << 62
 
 
 def _steps_hint(spec) -> int:

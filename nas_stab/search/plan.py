@@ -71,6 +71,19 @@ def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=No
     return Job(trial_number, seed, params, f"{key}-n{trial_number}", f"t{trial_number:05d}-s{seed}")
 
 
+def in_trial_order(rows) -> bool:
+    """Whether trials.csv rows are in (trial, seed) order: appended rows are in the order runs
+    finished, and each runner sorts the file once at the end (not done by a killed driver)."""
+    def num(v) -> int:
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return 1 << 62
+
+    order = [(num(r.get("trial")), num(r.get("seed"))) for r in rows]
+    return order == sorted(order)
+
+
 # ------------------------------------------------------------------ Optuna states
 
 

@@ -68,8 +68,7 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
     progress = plan.Progress(spec, total, stream=progress_stream)
     for r in rows.values():
         progress.add_existing(r)
-    order = [(_int(r.get("trial")), _int(r.get("seed"))) for r in rows.values()]
-    in_order = order == sorted(order)  # False after a run killed between an append and its final sort
+    in_order = plan.in_trial_order(rows.values())  # False after a run killed between an append and its final sort
     added = 0
 
     def on_finish(new_rows: list[dict], results) -> None:
@@ -413,13 +412,6 @@ def _quiet_tune():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _int(v) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return 1 << 62
 
 
 def _steps_hint(spec) -> int:
