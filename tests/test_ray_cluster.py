@@ -51,22 +51,35 @@ def _checkpointed_trials(exp_root: Path) -> int:
     return sum(1 for t in exp_root.glob("*/*") if t.is_dir() and any(t.glob("checkpoint_*")))
 
 
+def _finished_runs(run_dir: Path) -> int:
+    """Rows in trials.csv: the driver appends a trial's row as soon as it finishes."""
+    f = run_dir / "trials.csv"
+    return max(0, len(f.read_text().splitlines()) - 1) if f.exists() else 0
+
+
 @pytest.mark.slow
 def test_worker_node_killed_mid_trial(ray_two_nodes, tmp_path):
     cluster, worker = ray_two_nodes
     text = spec_text(
         TINY,
         space={"model.branches": [1, 2]},
-        train={"threads": 1, "steps": 240, "eval_every": 40},
+        train={"threads": 1, "steps": 480, "eval_every": 40},
         stability={"every": 120},
         runner={"kind": "ray", "concurrency": 2, "max_failures": 2, "checkpoint_every": 20,
                 "storage": str(tmp_path / "tune")},
     )
     killed = threading.Event()
+    seen: list = []
 
     def kill_worker_when_both_checkpointed():
+        # while both trials run: each has a checkpoint and neither has finished (a trial that finished
+        # before the other's first checkpoint, on a busy machine, would leave nothing to retry)
         deadline = time.time() + 240
         while time.time() < deadline:
+            done = _finished_runs(tmp_path / "ray" / "tiny")
+            if done:
+                seen.append(f"a trial finished before both had checkpointed ({done} row(s))")
+                return
             if _checkpointed_trials(tmp_path / "tune") >= 2:
                 cluster.remove_node(worker, allow_graceful=False)
                 killed.set()
@@ -77,12 +90,12 @@ def test_worker_node_killed_mid_trial(ray_two_nodes, tmp_path):
     t.start()
     spec, d, counts = run_ray_text(text, tmp_path / "ray")
     t.join(5)
-    assert killed.is_set(), "the worker node was never killed"
+    assert killed.is_set(), f"the worker node was never killed: {seen}"
     assert counts == {"complete": 2}
     study = study_of(spec, d)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     retried = [t for t in study.trials if t.user_attrs.get("ray_failures")]
-    assert len(retried) == 1, [t.user_attrs for t in study.trials]
+    assert len(retried) == 1, ([t.user_attrs for t in study.trials], (d / "log.txt").read_text()[-3000:])
     assert retried[0].user_attrs.get("resumed_from_step", 0) >= 20, retried[0].user_attrs
     log = (d / "log.txt").read_text()
     assert "worker failure 1" in log and "resumed from its checkpoint" in log
