@@ -133,8 +133,10 @@ def cmd_run(args) -> int:
     from nas_stab.results.rundir import RunDir
 
     spec = _load(args)
-    # local runs train in this process: the data the check loads is the data the runs use
-    with reuse_loaded() if spec.runner.kind == "local" else contextlib.nullcontext():
+    # runs trained in this process (local runner, one at a time) use the data the check loads;
+    # worker processes (Ray, local concurrency > 1) load their own
+    in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1
+    with reuse_loaded() if in_process else contextlib.nullcontext():
         _preflight_data(spec)
         with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
             rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")

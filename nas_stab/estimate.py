@@ -54,9 +54,9 @@ def run_threads(spec) -> int:
     """torch threads of one run, as the runner sets them: `train.threads`, else the local runner's
     cpus shared by `runner.concurrency` runs, or the Ray runner's `runner.resources.cpu` per trial."""
     if spec.runner.kind == "ray":
-        from nas_stab.search.ray_runner import trial_resources
+        from nas_stab.search.ray_runner import trial_threads
 
-        return spec.train.threads or max(1, int(trial_resources(spec.runner)["cpu"]))
+        return trial_threads(spec)
     from nas_stab.search.local_pool import worker_threads
 
     return worker_threads(spec, spec.runner.concurrency)

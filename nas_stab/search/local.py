@@ -11,7 +11,6 @@ writes the run directory, as with N = 1, which trains in this process.
 """
 from __future__ import annotations
 
-import os
 import traceback
 
 from nas_stab.search import plan
@@ -30,7 +29,9 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
 
     pooled = spec.runner.concurrency > 1
     if not pooled:
-        torch.set_num_threads(spec.train.threads or max(1, os.cpu_count() or 1))
+        from nas_stab.search.local_pool import worker_threads
+
+        torch.set_num_threads(worker_threads(spec, 1))  # the one "worker" is this process
     study, rows = plan.open_study(spec, rd)
     in_order = plan.in_trial_order(rows.values())  # False after a run killed between an append and its final sort
     searched = spec.space.keys
@@ -106,7 +107,7 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
                     results, new_rows = [], []
                     for i, seed in enumerate(spec.seeds):
                         job = plan.sampled_job(spec, ot.number, params, seed, resolved=resolved)
-                        total = _steps_hint(spec)
+                        total = plan.steps_hint(spec)
                         reporter = plan.make_reporter(ot, spec.search.objective, offset=i * total, prune=prune)
                         result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
                         if tb:
@@ -171,7 +172,7 @@ def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) 
 
     if count <= 0:
         return
-    total = _steps_hint(spec)
+    total = plan.steps_hint(spec)
     asked = 0
     running: dict = {}  # Optuna trial number -> trial, until told
 
@@ -232,9 +233,3 @@ def _interrupted(study, running: dict) -> None:
             plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
         except Exception:  # closing what can be closed; a rerun closes the rest
             pass
-
-
-def _steps_hint(spec) -> int:
-    """Step offset between seeds of one trial in Optuna's intermediate values."""
-    t = spec.train
-    return t.steps if t.steps is not None else 10**7

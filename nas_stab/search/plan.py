@@ -71,6 +71,12 @@ def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=No
     return Job(trial_number, seed, params, f"{key}-n{trial_number}", f"t{trial_number:05d}-s{seed}")
 
 
+def steps_hint(spec) -> int:
+    """Step offset between the seeds of one trial in Optuna's intermediate values."""
+    t = spec.train
+    return t.steps if t.steps is not None else 10**7
+
+
 def in_trial_order(rows) -> bool:
     """Whether trials.csv rows are in (trial, seed) order: appended rows are in the order runs
     finished, and each runner sorts the file once at the end (not done by a killed driver)."""

@@ -109,7 +109,7 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
         r = spec.runner
         res = trial_resources(r)
         _check_fits(res, started_here=record_pids is not _NOTHING, log=rd.log)
-        threads = spec.train.threads or max(1, int(res["cpu"]))
+        threads = trial_threads(spec)
         board = (
             ray.remote(num_cpus=0)(Board)
             .options(scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
@@ -117,7 +117,7 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
         )
         bridge = OptunaBridge(
             spec, study, jobs=pending, n_trials=n_trials, on_finish=on_finish, board=board, log=rd.log,
-            offset=_steps_hint(spec), trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every},
+            offset=plan.steps_hint(spec), trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every},
         )
         fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
         fn = tune.with_resources(fn, {k: v for k, v in res.items() if v})
@@ -218,6 +218,11 @@ def trial_resources(runner) -> dict:
     for k, v in (runner.resources or {}).items():
         res[k] = float(v)
     return res
+
+
+def trial_threads(spec) -> int:
+    """torch threads of one Ray trial: `train.threads`, else the trial's CPUs."""
+    return spec.train.threads or max(1, int(trial_resources(spec.runner)["cpu"]))
 
 
 def _NOTHING() -> None:
@@ -412,9 +417,3 @@ def _quiet_tune():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _steps_hint(spec) -> int:
-    """Step offset between seeds of one trial in Optuna's intermediate values (as the local runner)."""
-    t = spec.train
-    return t.steps if t.steps is not None else 10**7
