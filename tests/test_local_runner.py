@@ -113,7 +113,7 @@ def test_samplers_run_seeds_and_report_mean(tmp_path, sampler):
 
 def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
     spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(TINY.replace("steps: 20", "steps: 80").replace("[1, 2]", "[1, 2, 3]"))
+    spec_path.write_text(TINY.replace("steps: 20", "steps: 400").replace("[1, 2]", "[1, 2, 3]"))
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "nas_stab.cli", "run", str(spec_path), "--out", str(tmp_path / "runs")],
                          env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -123,7 +123,7 @@ def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
         if line.startswith("["):
             seen += 1
             if seen == 2:
-                time.sleep(0.3)
+                time.sleep(0.05)  # into the third run (runs of 400 steps: the kill lands well before the sixth)
                 break
     p.send_signal(signal.SIGKILL)
     p.wait()

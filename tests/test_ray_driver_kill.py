@@ -118,8 +118,13 @@ def test_driver_sigkill_and_rerun(tmp_path):
     study = study_of(loads_spec(text), d)
     states = [t.state.name for t in study.trials]
     assert "RUNNING" not in states and "WAITING" not in states
-    assert states.count("COMPLETE") == 4
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    # every run is COMPLETE under its key; a trial told COMPLETE in the instant before the kill, whose
+    # row was not written yet, is trained again on the rerun (its row is the rerun's): at most one
+    # extra COMPLETE trial per concurrent trial
+    assert {t.user_attrs.get("key") for t in complete} == {x["key"] for x in after}
+    assert 4 <= len(complete) <= 4 + 2
     interrupted = [t for t in study.trials if t.user_attrs.get("status") == "interrupted"]
     assert all(t.state.name == "FAIL" for t in interrupted)
-    assert len(interrupted) == len(study.trials) - 4
+    assert len(interrupted) == len(study.trials) - len(complete)
     assert "closed" in (d / "log.txt").read_text()

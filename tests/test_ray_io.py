@@ -27,7 +27,7 @@ def toy_run(spec, params, seed, reporter=None, checkpoint=None):
     from nas_stab.training.loop import RunResult
 
     lr = params["train.lr"]
-    time.sleep(max(0.0, 0.3 - 5 * lr))
+    time.sleep(max(0.0, 3.0 - 45 * lr))  # 0.45 s apart per 0.01 of lr: more than Tune's start-up jitter
     for step in (1, 2):
         reporter(step, {"val_acc": lr * step, "train_loss": 1.0})
     return RunResult("complete", metrics={"val_acc": 2 * lr, "train_loss": 1.0}, steps=2, history=[{"step": 2}]), ""
