@@ -50,11 +50,25 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)  # the rename itself survives a crash
     except BaseException:
         with _suppress():
             os.unlink(tmp)
         raise
     return path
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:
