@@ -265,7 +265,9 @@ def _csv(v: Any) -> Any:
         return repr(v) if math.isfinite(v) else str(v)
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v)
-    return v
+    from nas_stab.results.csvsafe import escape_cell
+
+    return escape_cell(v)  # no spreadsheet formula from a value
 
 
 def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: int, notes: list[str], seconds: float) -> str:
