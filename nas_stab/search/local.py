@@ -79,7 +79,7 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
             progress.add_existing(r)
         todo = [job for job in jobs if job.key not in rows]
         if pooled:
-            _grid_pool(spec, study, todo, resolved, base, prune, finish_run)
+            _grid_pool(spec, study, todo, resolved, base, prune, finish_run, rd.log)
         else:
             for job in todo:
                 ot = _ask_grid(spec, study, job, base)
@@ -136,7 +136,7 @@ def _ask_grid(spec, study, job, base):
     return ot
 
 
-def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run) -> None:
+def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run, log) -> None:
     """Grid runs in `runner.concurrency` worker processes, asked in grid order as workers free up."""
     from nas_stab.search.local_pool import WorkerPool
 
@@ -144,7 +144,7 @@ def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run)
         return
     pending = iter(jobs)
     running: dict = {}  # Optuna trial number -> trial, until told
-    with WorkerPool(spec, spec.runner.concurrency) as pool:
+    with WorkerPool(spec, min(spec.runner.concurrency, len(jobs)), log) as pool:  # no idle worker started
         try:
             while True:
                 for job in _take(pending, pool.idle):
@@ -180,7 +180,7 @@ def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) 
         i = len(t.results)
         pool.submit(t, t.ot, t.params, spec.seeds[i], t.resolved, offset=i * total, prune=prune)
 
-    with WorkerPool(spec, spec.runner.concurrency) as pool:
+    with WorkerPool(spec, min(spec.runner.concurrency, count), rd.log) as pool:  # no idle worker started
         try:
             while True:
                 while pool.idle and asked < count:
