@@ -445,20 +445,21 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
 
 
-def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, ref: np.ndarray) -> dict[str, np.ndarray]:
+def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, ref: np.ndarray, *,
+         full: bool = True) -> dict[str, np.ndarray]:
     """Optima, drift, slope, regrets and sensitivity of seed-mean curves M[B, row, size, lr]
     (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size)
     and ref[row] the reference size code. See docs/leaderboard.md for each formula."""
     B, K, S, L = M.shape
     score = sign * M
-    fin = np.isfinite(score)
+    fin = np.isfinite(M[0])  # which lrs were tried at each size: the same in every replicate
     present = fin.any(-1)
     sc = np.where(fin, score, -np.inf)
     j = sc.argmax(-1)  # ties: the first, i.e. the smallest lr
     y1 = _take(sc, j)
     trains = present & (y1 > thr + _EPS)
-    first = fin.argmax(-1)
-    last = L - 1 - fin[..., ::-1].argmax(-1)
+    first = fin.argmax(-1)[None]
+    last = L - 1 - fin[..., ::-1].argmax(-1)[None]
     cens = np.where(first == last, 2, np.where(j == first, -1, np.where(j == last, 1, 0)))
     kk = np.arange(K)[None, :, None]
 
@@ -484,8 +485,8 @@ def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, r
     t = np.take_along_axis(xstar, np.broadcast_to(ref[None, :, None], (B, K, 1)), axis=2)  # [B, K, 1]
     t = np.broadcast_to(t, (B, K, S))
     ar = np.arange(L)
-    left = np.maximum.accumulate(np.where(fin, ar, -1), axis=-1)
-    right = np.minimum.accumulate(np.where(fin, ar, L)[..., ::-1], axis=-1)[..., ::-1]
+    left = np.broadcast_to(np.maximum.accumulate(np.where(fin, ar, -1), axis=-1)[None], M.shape)
+    right = np.broadcast_to(np.minimum.accumulate(np.where(fin, ar, L)[..., ::-1], axis=-1)[..., ::-1][None], M.shape)
     with np.errstate(invalid="ignore"):
         pos = (X[None, :, None, :] <= t[..., None]).sum(-1) - 1
     lv = np.where(pos >= 0, _take(left, np.clip(pos, 0, L - 1)), -1)
@@ -516,8 +517,7 @@ def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, r
         du = np.where(ok, uu - ubar[..., None], 0.0)
         sxx = (du**2).sum(-1)
         slope = np.where((n_ok >= 2) & (sxx > 1e-12), (du * (xx - xbar[..., None])).sum(-1) / sxx, np.nan)
-        sens_s = np.nanmean(np.where(fin, yv[..., None] - score, np.nan), -1)
-        sens = np.nanmean(sens_s, -1)
+        sens = np.nanmean(np.nanmean(np.where(fin, yv[..., None] - score, np.nan), -1), -1) if full else None
     return {"j": j, "present": present, "trains": trains, "cens": cens, "xstar": xstar, "ystar": yv, "drift": drift,
             "slope": slope, "regret": regret, "worst": worst, "n_d": n_d, "sens": sens}
 
@@ -554,7 +554,8 @@ def _estimate(per_seed, cells, *, sign, thr, m0, lr_float, size_num, ref_code, n
     else:
         ref = firsts
     with _quiet():
-        point = _fit(np.nanmean(V, -1)[None], X, sign, thr, U, ref)
+        P = np.nanmean(V, -1)
+        point = _fit(P[None], X, sign, thr, U, ref)
 
     # paired bootstrap over seeds: one multinomial draw of seed indices per row and replicate
     reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar")}
@@ -575,8 +576,10 @@ def _estimate(per_seed, cells, *, sign, thr, m0, lr_float, size_num, ref_code, n
             with np.errstate(invalid="ignore", divide="ignore"):
                 Mb = (W @ Vf) / (W @ mask)  # [K, b, S*L]
             Mb = Mb.reshape(Ks, b, S, L).transpose(1, 0, 2, 3)
+            # a cell whose seeds the resample all missed (cells with fewer seeds than their row) keeps its mean
+            Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
             with _quiet():
-                r = _fit(Mb, X[sel], sign, thr, U, ref[sel])
+                r = _fit(Mb, X[sel], sign, thr, U, ref[sel], full=False)
             for name in reps:
                 reps[name].append(r[name])
             done += b
@@ -647,7 +650,7 @@ def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float
     ends = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="right")
     cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr")}
     names = np.array([fmt_value(v[1]) for v in size_vals], dtype=object)
-    for i, r in enumerate(rows[["lr_drift_lo", "lr_drift_hi", "seeds", "sizes"]].to_dict("records")):
+    for i, r in enumerate(rows[["lr_drift_lo", "lr_drift_hi", "seeds", "sizes", "grid_max_step"]].to_dict("records")):
         g = {c: v[bounds[i]:ends[i]] for c, v in cols.items()}
         g["all_diverged"] = pd.Series(g["all_diverged"])
         name = names[g["_s"]]
@@ -674,6 +677,8 @@ def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float
         cens = [(n, c, lr) for n, c, lr in zip(name, g["censored"], g["grid_lr"]) if c]
         if cens:
             inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g})" if c != "=" else f"{n} (one lr)" for n, c, lr in cens))
+        if sized and r["grid_max_step"] > 1 + _EPS:
+            inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
         if sized and r["sizes"] >= 2:
             if not np.isfinite(hi):
                 if r["seeds"] >= 3:
@@ -713,4 +718,5 @@ def _stable(cells: pd.DataFrame, lr_float: np.ndarray) -> pd.DataFrame:
     out["stable_lr_min"] = np.exp2(best["lo"]).reindex(out.index)
     out["stable_lr_max"] = np.exp2(best["hi"]).reindex(out.index)
     out["grid_step"] = gaps.groupby("_k")["gap"].median().reindex(out.index).fillna(0.0)
+    out["grid_max_step"] = gaps.groupby("_k")["gap"].max().reindex(out.index).fillna(0.0)
     return out
