@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     lb.add_argument("--format", default="md", help="comma-separated: md,csv,tex,html (default: md)")
     lb.add_argument("--out", help="output directory (default: the run directory)")
+    lb.add_argument("--metric", help="the metric to rank by (default: the run's leaderboard.metric or search.objective)")
+    lb.add_argument("--transfer", metavar="KEY", help="the size axis across which one lr should transfer")
+    lb.add_argument("--compare", metavar="KEY,...", help="comma-separated keys whose values label the rows")
+    lb.add_argument("--lr", metavar="KEY", help="the learning-rate key")
+    lb.add_argument("--reference", metavar="S", help="the reference size s_ref (default: the smallest)")
+    lb.add_argument("--tolerance", metavar="OCT", type=float, help="octaves of lr_drift a 'yes' allows (default 1)")
     lb.set_defaults(func=cmd_leaderboard)
 
     st = sub.add_parser("status", help="trials by status, best so far, time used and left")
@@ -87,7 +93,12 @@ def _load(args):
         overrides.append(f"runner.kind={args.runner}")
     if getattr(args, "address", None):
         overrides.append(f"runner.address={args.address}")
-    return load_spec(args.spec, overrides)
+    spec = load_spec(args.spec, overrides)
+    from nas_stab.spec.rules import leaderboard_warnings
+
+    for w in leaderboard_warnings(spec):
+        print(f"warning: {args.spec}: leaderboard: {w}", file=sys.stderr)
+    return spec
 
 
 def cmd_validate(args) -> int:
@@ -183,7 +194,19 @@ def cmd_leaderboard(args) -> int:
     bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]
     if bad or not formats:
         raise SpecError(f"unknown format {bad[0] if bad else '(none)'!r}; choose from md, csv, tex, html", key="--format")
-    paths = build_leaderboard([Path(d) for d in args.run_dirs], formats=formats, out_dir=Path(args.out) if args.out else None)
+    overrides = {"metric": args.metric, "transfer": args.transfer, "lr": args.lr, "tolerance": args.tolerance,
+                 "compare": tuple(k.strip() for k in args.compare.split(",") if k.strip()) if args.compare is not None else None,
+                 "reference": _scalar(args.reference) if args.reference is not None else None}
+    if args.metric is not None:
+        from nas_stab import metrics
+        from nas_stab.spec.build import did_you_mean
+
+        if args.metric not in metrics.OBJECTIVES:
+            raise SpecError(f"unknown metric {args.metric!r}" + did_you_mean(args.metric, metrics.OBJECTIVES), key="--metric")
+    if args.tolerance is not None and not args.tolerance > 0:
+        raise SpecError(f"must be > 0 octaves, got {args.tolerance}", key="--tolerance")
+    paths = build_leaderboard([Path(d) for d in args.run_dirs], formats=formats, out_dir=Path(args.out) if args.out else None,
+                              overrides=overrides)
     for kind, p in paths.items():
         print(f"{kind}: {p}")
     md = paths.get("md")
@@ -191,6 +214,16 @@ def cmd_leaderboard(args) -> int:
         print()
         print(Path(md).read_text(encoding="utf-8"))
     return 0
+
+
+def _scalar(text: str):
+    """--reference 16 is the number 16 (sizes are numbers in trials.csv), anything else stays text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
 
 
 def cmd_status(args) -> int:

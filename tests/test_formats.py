@@ -40,13 +40,15 @@ def built(tmp_path_factory):
 
 def test_every_format_written_with_provenance(built):
     d, paths = built
-    assert {"md", "csv", "cells_csv", "tex", "html", "plot:lr_transfer", "plot:divergence", "plot:fwd_norm_init"} <= set(paths)
+    assert {"md", "csv", "cells_csv", "sizes_csv", "provenance", "tex", "html", "plot:lr_transfer", "plot:optimum_transfer",
+            "plot:divergence", "plot:fwd_norm_init"} <= set(paths)
     for kind, p in paths.items():
         assert p.is_file() and p.stat().st_size > 0, kind
         assert p.parent in (d, d / "plots")
     assert not list(d.glob(".*.tmp")) and not list((d / "plots").glob(".*.tmp"))  # atomic writes leave no temp file
-    for kind in ("md", "csv", "tex", "html"):
+    for kind in ("md", "provenance", "tex", "html"):  # the CSVs' provenance is in the sidecar
         text = paths[kind].read_text().replace(r"\_", "_")  # LaTeX escapes nas_stab as nas\_stab
+        assert "docs/leaderboard.md" in text and "SPEC" not in text
         for f in PROVENANCE_FIELDS:
             assert f in text, (kind, f)
         assert "0123456789abcdef" in text and "d138591" in text and "2.9.0+cpu" in text
@@ -66,19 +68,24 @@ def test_markdown_table(built):
     for col in ("transfer_regret", "worst_regret", "lr_drift", "best_lr(s)", "stable_octaves", "best val_acc"):
         assert col in header
     body = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
-    assert [r[1] for r in body] == ["stam", "sum"]  # stam transfers (regret 0), sum does not
-    assert "(plots/lr_transfer.png)" in md
-    assert "**Summary**: val_acc, 2 rows; transfers: stam (drift 0.00 oct, regret 0); does not: sum (drift 1.00 oct, regret 0.1); best: stam 0.895" in md
+    assert [r[1] for r in body] == ["stam", "sum"]  # both inconclusive (2 seeds); stam has regret 0, sum does not
+    assert "why" in header and [r[header.index("transfers")] for r in body] == ["inconclusive", "inconclusive"]
+    assert "(plots/lr_transfer.png)" in md and "(plots/optimum_transfer.png)" in md
+    assert "**Summary**: val_acc, 2 rows; inconclusive: stam (2 seeds; censored at 1 (>=0.4)" not in md  # not censored
+    assert "**Summary**: val_acc, 2 rows; inconclusive: stam (2 seeds" in md
 
 
 def test_csv_reads_back(built):
     _, paths = built
-    df = pd.read_csv(paths["csv"], comment="#")
+    df = pd.read_csv(paths["csv"])  # plain: no options
     assert df["label"].tolist() == ["stam", "sum"]
     assert df.loc[0, "transfer_regret"] == pytest.approx(0.0)
-    assert df.loc[1, "lr_drift"] == pytest.approx(1.0)
-    assert df.loc[1, "best_lr(s)"] == "1:0.2;2:0.4"
-    cells = pd.read_csv(paths["cells_csv"], comment="#")
+    assert df.loc[0, "lr_drift"] == pytest.approx(0.0)
+    assert df.loc[1, "lr_drift"] > 0.5  # sum's fitted optimum moves with the size
+    assert {"why", "lr_slope", "lr_slope_lo", "lr_sensitivity", "transfer_regret_lo", "worst_regret_hi", "m0"} <= set(df.columns)
+    sizes = pd.read_csv(paths["sizes_csv"])
+    assert {"x_star", "x_lo", "x_hi", "censored", "trains"} <= set(sizes.columns)
+    cells = pd.read_csv(paths["cells_csv"])
     assert len(cells) == 2 * 2 * 3
     assert {"label", "model.aggregation", "model.branches", "train.lr", "mean", "std", "n", "n_diverged"} <= set(cells.columns)
 
@@ -135,7 +142,7 @@ def test_one_size_one_row_one_seed(tmp_path):
     d = make_run(tmp_path, grid_rows({(None, None, 0.1): [0.5], (None, None, 0.3): [0.7]}), spec=spec)
     paths = build_leaderboard([d], formats="md,html,tex,csv", out_dir=tmp_path / "out")
     md = paths["md"].read_text()
-    assert "| 1 | all | n/a |" in md  # no transfer axis: transfers does not apply
+    assert "| 1 | all | inconclusive | no size axis; 1 seed" in md  # no transfer axis: nothing to transfer across
     head, row = _md_rows(md)
     assert row[head.index("lr_drift CI")] == "–"  # no interval: one dash, not "–––"
     assert (tmp_path / "out" / "plots" / "lr_transfer.png").is_file()
@@ -221,7 +228,7 @@ def _html_cells(page: str, table_id: str) -> tuple[list[str], list[list[str]]]:
 def test_size_without_best_lr_reads_diverged_or_na_in_every_format(tmp_path):
     d = _dead_size_run(tmp_path)
     paths = build_leaderboard([d], formats=("md", "csv", "tex", "html"), plots=False)
-    want = "1:0.2 2:n/a 4:diverged"  # never a learning rate for a size where nothing trained
+    want = "1:0.178 2:no lr trains 4:diverged"  # never a learning rate for a size where nothing trained
     md = paths["md"].read_text()
     rows = {r[1]: r for r in ([c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| "))}
     head = rows["model.aggregation"]  # the header line
@@ -229,12 +236,12 @@ def test_size_without_best_lr_reads_diverged_or_na_in_every_format(tmp_path):
     assert rows["dead"][head.index("best_lr(s)")] == "1:diverged 2:diverged"
     assert rows["dead"][head.index("best at")] == "diverged"  # no configuration of an all-diverged row is best
     assert rows["sum"][head.index("transfers")] == "no"
-    csv = pd.read_csv(paths["csv"], comment="#").set_index("label")
-    assert csv.loc["sum", "best_lr(s)"] == "1:0.2;2:n/a;4:diverged"
+    csv = pd.read_csv(paths["csv"]).set_index("label")
+    assert csv.loc["sum", "best_lr(s)"] == "1:0.17818;2:no lr trains;4:diverged"
     assert csv.loc["dead", "best_lr(s)"] == "1:diverged;2:diverged"
     assert pd.isna(csv.loc["dead", "best_lr"]) and pd.isna(csv.loc["dead", "best_size"])
     tex = paths["tex"].read_text()
-    assert "1:0.2 2:n/a 4:diverged" in tex and "1:diverged 2:diverged" in tex
+    assert want in tex and "1:diverged 2:diverged" in tex
     head, body = _html_cells(paths["html"].read_text(), "leaderboard")
     by_label = {r[head.index("model.aggregation")]: r for r in body}
     assert by_label["sum"][head.index("best_lr(s)")] == want
@@ -266,8 +273,7 @@ def test_several_runs_provenance_lists_every_run(tmp_path):
     assert len(runs) == 3
     assert "; seeds 0, 1; 12 runs" in runs[0] and "commit beefcafe" in runs[1] and "; seeds 7; 7 runs" in runs[2]
     assert "seed(s) 0, 1 appear in more than one run" in md  # a and b share seeds: said so
-    csv = paths["csv"].read_text()
-    assert "# seeds: 0, 1, 7 (a: 0, 1; b: 0, 1; c: 7)" in csv
+    assert "seeds: 0, 1, 7 (a: 0, 1; b: 0, 1; c: 7)" in paths["provenance"].read_text()
 
 
 def _md_rows(md: str) -> tuple[list[str], list[str]]:

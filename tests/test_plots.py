@@ -170,7 +170,7 @@ def test_without_transfer_axis():
     a = analyze(pd.DataFrame(grid_rows(t)), compare=["model.aggregation"], metric="val_acc", n_boot=20)
     tr = plots.transfer_figure(a)
     assert not tr.legends and all(ax.get_legend() is None for ax in tr.axes)  # no legend with the one entry "all"
-    assert len([ax for ax in tr.axes if ax.get_visible()]) == 3  # one panel per row label (SPEC 5)
+    assert len([ax for ax in tr.axes if ax.get_visible()]) == 3  # one panel per row label
     dv = plots.divergence_figure(a)
     maps = [ax for ax in dv.axes if ax.images]
     assert len(maps) == 1  # one map: row label x lr, not three one-row panels with a "null" size
@@ -186,7 +186,7 @@ def test_without_transfer_axis():
 def test_no_star_for_a_size_where_nothing_trained():
     a = _analysis(_grid(labels=("sum",), sizes=(1, 2, 4), dead=(("sum", 4),)))
     fig = plots.transfer_figure(a)
-    stars = [c for c in fig.axes[0].collections if hasattr(c, "get_sizes") and list(c.get_sizes()) == [90]]
+    stars = [c for c in fig.axes[0].collections if hasattr(c, "get_sizes") and list(c.get_sizes()) == [130]]
     assert len(stars) == 2  # sizes 1 and 2; size 4 diverged everywhere: it has no best lr
     _close(fig)
 

@@ -1,4 +1,4 @@
-"""Results: the run directory, the learning-rate transfer analysis (SPEC 5), its formats and plots.
+"""Results: the run directory, the learning-rate transfer analysis (docs/leaderboard.md), its formats and plots.
 
 Public API (loaded on first use, so ``import nas_stab.results.rundir`` stays
 free of pandas and matplotlib):

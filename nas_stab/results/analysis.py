@@ -1,103 +1,28 @@
-"""The learning-rate transfer analysis of SPEC 5, over seeds.
+"""The learning-rate transfer analysis (defined in docs/leaderboard.md), over seeds.
 
 Input: a table of trial records (one row per trained run, the columns of
-SPEC 4). Output: an `Analysis` holding
+``trials.csv``). Output: an `Analysis` holding
 
 - ``rows``: the leaderboard, one row per *row label* (the values of the
   ``leaderboard.compare`` keys), ranked;
+- ``sizes``: one row per (row label, size): the fitted optimum ``x*(s)`` in
+  log2(lr), its bootstrap interval, whether it is censored, whether the size trains;
 - ``cells``: one row per (row label, size, learning rate) with the mean,
   standard deviation and number of seeds of the metric, and how many runs
   diverged, were pruned or failed;
 - ``records``: the input rows actually used, with the values they count with.
 
-Definitions (the columns of ``rows``; ``m`` is the metric, ``sign`` is +1 for a
-metric to maximize and -1 for one to minimize, "better" means larger
-``sign * m``):
+Every definition (``m0``, the "trains" margin, the quadratic optimum and its
+censoring, ``lr_drift``, ``lr_slope``, the regrets, ``lr_sensitivity``,
+``stable_octaves``, the verdict and the ranking) is written out with its
+formula in ``docs/leaderboard.md``; this module implements exactly that.
 
-``m(s, lr)``
-    For each row label, size ``s`` (value of ``leaderboard.transfer``) and
-    learning rate: first the mean over the runs of each seed (several runs of
-    one seed exist only when a searched key outside ``lr``/``transfer``/
-    ``compare`` varies; those keys are listed in ``Settings.other_keys``), then
-    the mean over seeds. A run counts with its metric value only when its
-    status is ``complete`` and the value is finite; a diverged, pruned or failed
-    run (or a complete run with a NaN/inf value) counts with the *worst value*
-    ``metrics.worst_value(metric, threshold)``: 0 for accuracy and BLEU; for
-    metrics to minimize, the divergence threshold. SPEC 5 defines that
-    threshold as ``loss_factor x initial loss``, but the initial loss is not
-    recorded per run, so we use ``threshold = loss_factor x (the largest finite
-    value of the metric among complete runs)`` (among all runs when none is
-    complete; ``loss_factor`` itself when no finite value exists at all). It is
-    never better than any complete run (for non-negative metrics), which is
-    what the rule needs.
-``std``, ``n``
-    The standard deviation over seeds (ddof=1; NaN with one seed) and the
-    number of seeds of a cell.
-``best_lr(s)``
-    The learning rate with the best ``m(s, lr)`` among those tried at ``s``;
-    ties go to the smallest learning rate. Learning rates are matched after
-    rounding to 12 significant digits. A size where no run counted at any
-    learning rate (every run diverged, pruned or failed) has no best learning
-    rate: every ``m(s, lr)`` is the worst value, a tie that says nothing. Its
-    entry in ``best_lrs`` is NaN and ``no_best_lr`` lists it with the reason,
-    ``"diverged"`` (every run at the size diverged) or ``"n/a"``.
-``lr_drift``
-    ``log2(max_s best_lr(s)) - log2(min_s best_lr(s))`` in octaves.
-    ``lr_drift_lo`` / ``lr_drift_hi`` bound a ``ci`` (default 90 %) percentile
-    interval from a bootstrap over seeds: in each of ``n_boot`` replicates,
-    every cell's mean is recomputed from its per-seed values resampled with
-    replacement (independently per cell, RNG seeded by ``boot_seed``), and
-    ``lr_drift`` recomputed (sizes without a counted run in the replicate have
-    no best lr there either). With one seed the interval collapses to the value.
-    Sizes without a best learning rate are left out; NaN when no size has one.
-``transfer_regret``
-    The mean over sizes of ``d(s) = sign * (m(s, best_lr(s)) - m(s,
-    best_lr(s_ref)))`` (so ``d >= 0`` in both directions), with ``s_ref`` the
-    ``reference`` size or, by default, the smallest size. A size where
-    ``best_lr(s_ref)`` was not tried has no ``d(s)`` and is left out
-    (``regret_sizes`` counts the sizes used, ``s_ref`` included); NaN when no
-    size other than ``s_ref`` has one (e.g. continuous learning rates from a
-    random sampler, never tried twice). When a row lacks the reference size,
-    its smallest size stands in (noted). A size without a best learning rate
-    has ``m = worst`` at every learning rate, so ``d(s) = 0`` and it counts like
-    any other size (SPEC 5 taken literally); but when it is the reference size,
-    ``best_lr(s_ref)`` does not exist and both regrets are NaN (noted).
-``worst_regret``
-    ``max_s d(s)``.
-``spread``
-    The seed-to-seed spread the regret is judged against: the pooled standard
-    deviation over seeds, ``sqrt(mean(std^2))``, of the cells the regrets
-    compare, i.e. ``(s, best_lr(s))`` and ``(s, best_lr(s_ref))`` for every
-    size. Cells with one seed have no standard deviation and are left out; 0
-    when none is left (so one seed demands ``worst_regret == 0``).
-``stable_octaves``
-    The learning rates of a row form its grid (the sorted distinct values tried
-    at any of its sizes). A grid learning rate is *stable* when every size of
-    the row has at least one run at it and no run at it diverged (status
-    ``diverged``, or ``complete`` with a non-finite metric); a missing run
-    counts as no evidence, hence not stable. ``stable_octaves`` is
-    ``log2(max / min)`` over the longest run of consecutive stable grid
-    learning rates (ties: the first); 0 when at most one learning rate is
-    stable. ``stable_lr_min`` / ``stable_lr_max`` give that range (NaN when no
-    learning rate is stable).
-``grid_step``
-    The median of ``log2`` gaps between consecutive grid learning rates of the
-    row (0 with one learning rate).
-``best``
-    The best ``m`` over all sizes and learning rates of the row, with
-    ``best_std``, ``best_n``, ``best_size`` and ``best_lr`` (its configuration;
-    None and NaN when no run of the row counted: the worst value has no
-    configuration).
-``transfers``
-    ``"yes"`` when ``lr_drift <= grid_step`` and ``worst_regret <= spread``
-    (both with a 1e-9 tolerance), ``"no"`` otherwise, ``"n/a"`` when no regret
-    could be computed or when no run of the row counts with its own value (all
-    diverged, pruned or failed: nothing to judge). A row with some size where no
-    run counted at any learning rate, while other sizes trained, is ``"no"``: no
-    learning rate of the grid works at that size, whatever the regrets (0 at a
-    size that is the worst value everywhere) say.
-
-Rows are ranked by ``transfer_regret`` (NaN last), then by ``best``.
+Computation: per row the seed values form an array ``V[size, lr, seed]``
+(NaN where a run is missing). The point estimate and every bootstrap replicate
+go through the same vectorized function `_fit` on seed-mean curves: the
+replicates weight the seeds by one multinomial draw per row (a paired
+resample: the same seed indices for every cell of the row), so all rows and
+replicates are computed at once.
 
 Example:
     >>> import pandas as pd
@@ -105,8 +30,8 @@ Example:
     ...                   "model.branches": [1, 1, 2, 2], "train.lr": [0.1, 0.2, 0.1, 0.2],
     ...                   "val_acc": [0.9, 0.8, 0.7, 0.9]})
     >>> a = analyze(t, transfer="model.branches", metric="val_acc")
-    >>> float(a.rows.loc[0, "lr_drift"]), round(float(a.rows.loc[0, "transfer_regret"]), 6)
-    (1.0, 0.1)
+    >>> a.rows.loc[0, "transfers"], a.rows.loc[0, "why"]
+    ('inconclusive', '1 seed; censored at 1 (<=0.1), 2 (>=0.2)')
 """
 from __future__ import annotations
 
@@ -120,10 +45,14 @@ import pandas as pd
 from nas_stab import metrics
 from nas_stab.errors import RunError
 
-__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "lookup"]
+__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "lookup", "no_learning"]
 
 _EPS = 1e-9
 _NONE = (3, None)
+VERDICT_ORDER = {"yes": 0, "inconclusive": 1, "no": 2}
+_ACC = ("val_acc", "test_acc")
+_BLEU = ("bleu", "test_bleu")
+_LOSS = ("train_loss", "val_loss", "test_loss")
 
 
 @dataclass(frozen=True)
@@ -136,24 +65,54 @@ class Settings:
     transfer_key: str | None
     compare: tuple[str, ...]
     reference: Any
-    loss_factor: float
-    threshold: float | None  # divergence threshold used for losses (None for maximize metrics)
-    worst: float  # the value bad runs count with
+    m0: float  # the no-learning value: failed runs count with it, and worse values are clamped to it
+    margin: float  # a cell trains when its seed-mean beats m0 by more than this
+    m0_source: str  # how m0 was chosen (for the provenance)
+    tolerance: float = 1.0  # leaderboard.tolerance_octaves
     other_keys: tuple[str, ...] = ()  # searched keys averaged over inside a cell
     n_boot: int = 1000
     ci: float = 0.9
     boot_seed: int = 0
     notes: tuple[str, ...] = ()
 
+    @property
+    def worst(self) -> float:  # the value bad runs count with (kept for older callers)
+        return self.m0
+
 
 @dataclass
 class Analysis:
-    """Result of `analyze`: the ranked leaderboard, the per-cell table and the records used."""
+    """Result of `analyze`: the ranked leaderboard, the per-size optima, the per-cell table, the records used."""
 
     settings: Settings
     rows: pd.DataFrame
     cells: pd.DataFrame
     records: pd.DataFrame = field(repr=False)
+    sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def no_learning(metric: str, classes: int | None = None) -> tuple[float | None, float, str]:
+    """(m0, margin, how) for `metric`; m0 None means "the largest finite value among complete runs".
+
+    Accuracy: m0 = 1/classes (chance of a balanced set; 0 when the class count is unknown),
+    margin a tenth of the way from m0 to 1. BLEU: m0 = 0, margin 1 BLEU. Losses: m0 = ln(classes),
+    the loss of a uniform prediction (the divergence rule's reference), else the largest finite
+    value among complete runs; margin 10% of m0. Other metrics: m0 as for an unknown loss
+    (minimize) or 0 (maximize), margin 0.
+    """
+    if metric in _ACC:
+        m0 = 1.0 / classes if classes and classes > 1 else 0.0
+        how = f"chance 1/{classes}" if classes and classes > 1 else "0 (class count unknown)"
+        return m0, 0.1 * (1.0 - m0), how
+    if metric in _BLEU:
+        return 0.0, 1.0, "0 BLEU"
+    if metric in _LOSS:
+        if classes and classes > 1:
+            return math.log(classes), 0.1 * math.log(classes), f"ln({classes}), the loss of a uniform prediction"
+        return None, 0.1, "the largest finite value among complete runs (no class count)"
+    if metrics.direction(metric) == "minimize":
+        return None, 0.0, "the largest finite value among complete runs"
+    return 0.0, 0.0, "0"
 
 
 # ---------------------------------------------------------------- values
@@ -259,22 +218,28 @@ def analyze(
     compare: Sequence[str] = (),
     metric: str = "val_acc",
     reference: Any = None,
-    loss_factor: float = 10.0,
+    tolerance: float = 1.0,
+    classes: int | None = None,
+    m0: float | None = None,
+    margin: float | None = None,
     base: Mapping[str, Any] | None = None,
     n_boot: int = 1000,
     ci: float = 0.9,
     boot_seed: int = 0,
+    loss_factor: float | None = None,  # accepted for older callers; the no-learning value replaced it
 ) -> Analysis:
-    """Compute the SPEC 5 leaderboard of `trials` (see the module docstring).
+    """Compute the leaderboard of `trials` (definitions in docs/leaderboard.md).
 
     Args:
         trials: one row per trained run; needs the metric column and ``lr``
             (unless `base` gives it); ``seed`` and ``status`` default to 0 and
             ``complete``.
         lr, transfer, compare, metric, reference: the ``leaderboard`` settings.
-        loss_factor: ``stability.divergence.loss_factor``.
+        tolerance: ``leaderboard.tolerance_octaves``, the drift a "yes" allows.
+        classes: the task's class count (sets the no-learning value of accuracy and losses).
+        m0, margin: override the no-learning value and the "trains" margin.
         base: the resolved spec (nested mapping), for keys that are not columns.
-        n_boot, ci, boot_seed: the bootstrap of ``lr_drift``.
+        n_boot, ci, boot_seed: the paired seed bootstrap of the intervals.
 
     Raises:
         RunError: the metric column is missing, or no row has a usable learning rate.
@@ -287,6 +252,8 @@ def analyze(
     df = fill_base(trials, (lr, transfer, *compare), base)
     if lr not in df.columns or df[lr].isna().all():
         raise RunError(f"trials have no learning rate {lr!r}: not a column and no base value in the spec")
+    if transfer and transfer not in df.columns:
+        raise RunError(f"trials have no size axis {transfer!r}: not a column and no base value in the spec")
     if "seed" not in df.columns:
         df["seed"] = 0
     if "status" not in df.columns:
@@ -305,16 +272,25 @@ def analyze(
     sign = 1.0 if direction == "maximize" else -1.0
     status = df["status"].astype(str).str.strip().str.lower().to_numpy()
     value = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float)
-    finite = np.isfinite(value) & (np.abs(value) < 1e300)  # beyond 1e300 a mean over seeds can overflow: treat as non-finite
+    finite = np.isfinite(value) & (np.abs(value) < 1e300)
     complete = status == "complete"
     ok = complete & finite
-    threshold: float | None = None
-    if direction == "minimize":
-        pool = value[ok] if ok.any() else value[finite]
-        top = float(pool.max()) if pool.size else 1.0
-        threshold = top * float(loss_factor) if top > 0 else top
-        threshold = min(threshold, 1e300)  # means over seeds must not overflow near the float maximum
-    worst = metrics.worst_value(metric, threshold)
+
+    m0_default, margin_default, m0_how = no_learning(metric, classes)
+    if m0 is None:
+        m0 = m0_default
+        if m0 is None:
+            pool = value[ok] if ok.any() else value[finite]
+            m0 = float(pool.max()) if pool.size else 1.0
+    else:
+        m0_how = "given"
+    m0 = float(m0)
+    if margin is None:
+        margin = 0.1 * abs(m0) if metric in _LOSS or (margin_default == 0.1 and m0_default is None) else margin_default
+    margin = float(margin)
+    # every value worse than m0 counts as m0 (Wortsman et al. 2023 clamp losses at the initial loss)
+    counted = np.where(ok, value, m0)
+    counted = np.maximum(counted, m0) if sign > 0 else np.minimum(counted, m0)
 
     seed_codes, _ = _codes(df["seed"])
     size_codes, size_vals = _codes(df[transfer]) if transfer else (np.zeros(len(df), np.int64), [_NONE])
@@ -323,12 +299,8 @@ def analyze(
 
     rec = pd.DataFrame(
         {
-            "_k": label_codes,
-            "_s": size_codes,
-            "_l": lr_codes,
-            "_seed": seed_codes,
-            "_value": np.where(ok, value, worst),
-            "_ok": ok,
+            "_k": label_codes, "_s": size_codes, "_l": lr_codes, "_seed": seed_codes,
+            "_value": counted, "_ok": ok,
             "_div": (status == "diverged") | (complete & ~finite),
             "_pruned": status == "pruned",
             "_failed": ~np.isin(status, ("complete", "pruned", "diverged")),
@@ -339,26 +311,44 @@ def analyze(
     if other:
         notes.append("cells average over the searched keys " + ", ".join(other))
 
-    # per (cell, seed) -> per cell
     per_seed = rec.groupby(["_k", "_s", "_l", "_seed"], sort=True).agg(
         v=("_value", "mean"), runs=("_value", "size"), ok=("_ok", "sum"), div=("_div", "sum"),
-        pruned=("_pruned", "sum"), failed=("_failed", "sum")
+        pruned=("_pruned", "sum"), failed=("_failed", "sum"),
     ).reset_index()
     cells = per_seed.groupby(["_k", "_s", "_l"], sort=True).agg(
         mean=("v", "mean"), std=("v", "std"), n=("v", "size"), n_runs=("runs", "sum"), n_ok=("ok", "sum"),
         n_diverged=("div", "sum"), n_pruned=("pruned", "sum"), n_failed=("failed", "sum"),
     ).reset_index()
     cells["lr"] = lr_float[cells["_l"].to_numpy()]
-    cells["score"] = sign * cells["mean"]
+    cells["trains"] = sign * (cells["mean"] - m0) > margin + _EPS
 
-    rows = _row_stats(cells, sign, reference, size_vals, lr_float, notes, sized=bool(transfer))
-    drift_lo, drift_hi = _bootstrap_drift(per_seed, cells, sign, lr_float, n_boot, ci, boot_seed)
-    rows["lr_drift_lo"] = drift_lo.reindex(rows.index).to_numpy()
-    rows["lr_drift_hi"] = drift_hi.reindex(rows.index).to_numpy()
-    if not transfer:  # one size: there is nothing for a learning rate to transfer across
-        rows.loc[:, ["lr_drift", "lr_drift_lo", "lr_drift_hi", "transfer_regret", "worst_regret"]] = np.nan
-        rows["transfers"] = "n/a"
-        notes.append("no leaderboard.transfer axis: lr_drift, regrets and transfers do not apply")
+    size_num = np.array([float(v) if t == 0 and isinstance(v, (int, float)) else np.nan for t, v in size_vals], dtype=float)
+    ref_code = None
+    if transfer and reference is not None:
+        want = _canon(reference)
+        ref_code = next((i for i, v in enumerate(size_vals) if v == want), None)
+        if ref_code is None:
+            notes.append(f"reference size {fmt_value(reference)} was not tried; the smallest size stands in")
+    res = _estimate(per_seed, cells, sign=sign, thr=sign * m0 + margin, m0=m0, lr_float=lr_float, size_num=size_num,
+                    ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
+    rows, sizes = res
+
+    stable = _stable(cells, lr_float)
+    rows = rows.join(stable)
+    top = cells.assign(score=sign * cells["mean"]).sort_values(
+        ["_k", "score", "_l"], ascending=[True, False, True], kind="mergesort").groupby("_k").head(1).set_index("_k")
+    cg = cells.groupby("_k", sort=True)
+    rows["best"] = top["mean"]
+    rows["best_std"] = top["std"]
+    rows["best_n"] = top["n"]
+    trained = cg["n_ok"].sum() > 0
+    rows["_best_s"] = top["_s"].where(trained, -1)
+    rows["best_lr"] = np.where(trained, lr_float[top["_l"].to_numpy()], np.nan)
+    rows["runs"] = cg["n_runs"].sum()
+    rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
+    rows["m0"] = m0
+    rows["margin"] = margin
+    _verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer))
 
     # labels, sizes and ranking
     rows = rows.reset_index()
@@ -366,20 +356,31 @@ def analyze(
     for i, key in enumerate(compare):
         rows[key] = _obj([label_vals[k][1][i] for k in rows["_k"]], rows.index)
     rows["best_size"] = _obj([size_vals[s][1] if s >= 0 else None for s in rows["_best_s"]], rows.index)
-    rows["best_lrs"] = rows["_best_lrs"].map(
-        lambda pairs: tuple((size_vals[s][1], lr_float[l] if l >= 0 else math.nan) for s, l in pairs))
-    rows["no_best_lr"] = rows["_dead"].map(lambda pairs: tuple((size_vals[s][1], why) for s, why in pairs))
+    rows["reference_size"] = _obj([size_vals[s][1] if s >= 0 else None for s in rows["_ref_s"]], rows.index)
+    sz = sizes.sort_values(["_k", "_s"], kind="mergesort")
+    at = np.searchsorted(sz["_k"].to_numpy(), rows["_k"].to_numpy(), side="left")
+    to = np.searchsorted(sz["_k"].to_numpy(), rows["_k"].to_numpy(), side="right")
+    sv = [size_vals[s][1] for s in sz["_s"]]
+    blr, cen, tr, ad = (sz[c].tolist() for c in ("best_lr", "censored", "trains", "all_diverged"))
+    rows["best_lrs"] = [tuple(zip(sv[i:j], blr[i:j])) for i, j in zip(at, to)]
+    rows["censored"] = [tuple((v, c) for v, c in zip(sv[i:j], cen[i:j]) if c) for i, j in zip(at, to)]
+    rows["no_best_lr"] = [tuple((v, "diverged" if d else "no lr trains") for v, t, d in zip(sv[i:j], tr[i:j], ad[i:j]) if not t)
+                          for i, j in zip(at, to)]
+    rows["_verdict"] = rows["transfers"].map(VERDICT_ORDER)
     rows["_best_sort"] = -sign * rows["best"]
-    rows = rows.sort_values(["transfer_regret", "_best_sort", "_k"], na_position="last", kind="mergesort")
+    rows = rows.sort_values(["_verdict", "transfer_regret", "_best_sort", "_k"], na_position="last", kind="mergesort")
     rows.insert(0, "rank", np.arange(1, len(rows) + 1))
-    rows = rows.drop(columns=["_best_s", "_best_lrs", "_dead", "_best_sort"]).reset_index(drop=True)
+    rows = rows.drop(columns=["_best_s", "_ref_s", "_verdict", "_best_sort"]).reset_index(drop=True)
 
+    sizes = sizes.copy()
+    sizes.insert(0, "label", [label_vals[k][0] for k in sizes["_k"]])
+    sizes["size"] = _obj([size_vals[s][1] for s in sizes["_s"]], sizes.index)
     cells.insert(0, "label", [label_vals[k][0] for k in cells["_k"]])
     for i, key in enumerate(compare):
         cells.insert(1 + i, key, _obj([label_vals[k][1][i] for k in cells["_k"]], cells.index))
+        sizes.insert(1 + i, key, _obj([label_vals[k][1][i] for k in sizes["_k"]], sizes.index))
     cells["size"] = _obj([size_vals[s][1] for s in cells["_s"]], cells.index)
     cells["frac_diverged"] = cells["n_diverged"] / cells["n_runs"]
-    cells = cells.drop(columns=["score"])
 
     rec["label"] = [label_vals[k][0] for k in rec["_k"]]
     rec["size"] = _obj([size_vals[s][1] for s in rec["_s"]], rec.index)
@@ -387,11 +388,11 @@ def analyze(
     rec = pd.concat([df.reset_index(drop=True), rec], axis=1)
 
     settings = Settings(
-        metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare,
-        reference=reference, loss_factor=float(loss_factor), threshold=threshold, worst=float(worst),
-        other_keys=tuple(other), n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes),
+        metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
+        m0=m0, margin=margin, m0_source=m0_how, tolerance=float(tolerance), other_keys=tuple(other),
+        n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes),
     )
-    return Analysis(settings=settings, rows=rows, cells=cells, records=rec)
+    return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
 
 
 def _obj(values: list, index: pd.Index) -> pd.Series:
@@ -423,120 +424,283 @@ def _other_keys(df: pd.DataFrame, used: tuple) -> list[str]:
     return out
 
 
-def _row_stats(cells: pd.DataFrame, sign: float, reference: Any, size_vals: list, lr_float: np.ndarray, notes: list[str],
-               *, sized: bool = True) -> pd.DataFrame:
-    """Everything per row label except the bootstrap (cells sorted by _k, _s, _l)."""
-    # best lr per (label, size): best score, ties to the smallest lr
-    order = cells.sort_values(["_k", "_s", "score", "_l"], ascending=[True, True, False, True], kind="mergesort")
-    per_size = order.groupby(["_k", "_s"], sort=True).head(1)[["_k", "_s", "_l", "mean", "std", "score"]]
-    per_size = per_size.rename(columns={"_l": "best_l", "mean": "m_best", "std": "std_best", "score": "score_best"})
+def _layout(per_seed: pd.DataFrame, n_sizes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """V[row, size, lr, seed] of per-seed values (NaN: no run), the row-local lr codes
+    L[row, lr] (-1 padding), and the seed count per row."""
+    ks = per_seed["_k"].to_numpy()
+    n_rows = int(ks.max()) + 1 if len(ks) else 0
+    l_loc = per_seed.groupby("_k")["_l"].rank(method="dense").to_numpy().astype(int) - 1
+    n_loc = per_seed.groupby("_k")["_seed"].rank(method="dense").to_numpy().astype(int) - 1
+    n_l, n_n = int(l_loc.max()) + 1, int(n_loc.max()) + 1
+    V = np.full((n_rows, n_sizes, n_l, n_n), np.nan)
+    V[ks, per_seed["_s"].to_numpy(), l_loc, n_loc] = per_seed["v"].to_numpy(dtype=float)
+    L = np.full((n_rows, n_l), -1, dtype=np.int64)
+    L[ks, l_loc] = per_seed["_l"].to_numpy()
+    seeds = np.zeros(n_rows, dtype=np.int64)
+    np.maximum.at(seeds, ks, n_loc + 1)
+    return V, L, seeds, l_loc
 
-    # reference size per label
-    ref_code = None
-    if reference is not None:
-        want = _canon(reference)
-        matches = [i for i, v in enumerate(size_vals) if v == want]
-        ref_code = matches[0] if matches else None
-        if ref_code is None:
-            notes.append(f"reference size {fmt_value(reference)} was not tried; the smallest size stands in")
-    first = per_size.groupby("_k")["_s"].min()
+
+def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
+
+
+def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, ref: np.ndarray, *,
+         full: bool = True) -> dict[str, np.ndarray]:
+    """Optima, drift, slope, regrets and sensitivity of seed-mean curves M[B, row, size, lr]
+    (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size)
+    and ref[row] the reference size code. See docs/leaderboard.md for each formula."""
+    B, K, S, L = M.shape
+    score = sign * M
+    fin = np.isfinite(M[0])  # which lrs were tried at each size: the same in every replicate
+    present = fin.any(-1)
+    sc = np.where(fin, score, -np.inf)
+    j = sc.argmax(-1)  # ties: the first, i.e. the smallest lr
+    y1 = _take(sc, j)
+    trains = present & (y1 > thr + _EPS)
+    first = fin.argmax(-1)[None]
+    last = L - 1 - fin[..., ::-1].argmax(-1)[None]
+    cens = np.where(first == last, 2, np.where(j == first, -1, np.where(j == last, 1, 0)))
+    kk = np.arange(K)[None, :, None]
+
+    def xat(idx):  # X[row, idx] without materializing the broadcast
+        return X[kk, idx]
+
+    jm, jp = np.clip(j - 1, 0, L - 1), np.clip(j + 1, 0, L - 1)
+    x0, x1, x2 = xat(jm), xat(j), xat(jp)
+    y0, y2 = _take(score, jm), _take(score, jp)
+    fit = (cens == 0) & np.isfinite(y0) & np.isfinite(y2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f01 = (y1 - y0) / (x1 - x0)
+        f12 = (y2 - y1) / (x2 - x1)
+        a = (f12 - f01) / (x2 - x0)
+        curved = fit & (a < -1e-12)
+        xv = np.where(curved, np.clip((x0 + x1) / 2 - f01 / (2 * a), x0, x2), x1)
+        yv = np.where(curved, y0 + f01 * (xv - x0) + a * (xv - x0) * (xv - x1), y1)
+    yv = np.where(present, yv, np.nan)
+    xstar = np.where(trains, xv, np.nan)
+
+    # the fitted curve of every size at t = x*(s_ref): its own parabola inside its bracket, else
+    # linear interpolation between the lrs tried at that size (the end value beyond them)
+    t = np.take_along_axis(xstar, np.broadcast_to(ref[None, :, None], (B, K, 1)), axis=2)  # [B, K, 1]
+    t = np.broadcast_to(t, (B, K, S))
+    ar = np.arange(L)
+    left = np.broadcast_to(np.maximum.accumulate(np.where(fin, ar, -1), axis=-1)[None], M.shape)
+    right = np.broadcast_to(np.minimum.accumulate(np.where(fin, ar, L)[..., ::-1], axis=-1)[..., ::-1][None], M.shape)
+    with np.errstate(invalid="ignore"):
+        pos = (X[None, :, None, :] <= t[..., None]).sum(-1) - 1
+    lv = np.where(pos >= 0, _take(left, np.clip(pos, 0, L - 1)), -1)
+    rv = np.where(pos + 1 < L, _take(right, np.clip(pos + 1, 0, L - 1)), L)
+    exact = (pos >= 0) & (lv == pos) & np.isclose(xat(np.clip(pos, 0, L - 1)), t)
+    rv = np.where(exact, lv, rv)
+    lv_c, rv_c = np.clip(lv, 0, L - 1), np.clip(rv, 0, L - 1)
+    xl, xr, yl, yr = xat(lv_c), xat(rv_c), _take(score, lv_c), _take(score, rv_c)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(rv_c > lv_c, (t - xl) / (xr - xl), 0.0)
+        lin = np.where(lv < 0, yr, np.where(rv >= L, yl, yl + w * (yr - yl)))
+        inside = curved & (t >= x0) & (t <= x2)
+        at_t = np.where(inside, y0 + f01 * (t - x0) + a * (t - x0) * (t - x1), lin)
+    at_t = np.where(np.isfinite(t) & present, at_t, np.nan)
+    d = np.clip(yv - at_t, 0.0, None)
+    with np.errstate(invalid="ignore"), _quiet():
+        n_d = np.isfinite(d).sum(-1)
+        regret = np.where(n_d >= 2, np.nanmean(d, -1), np.nan)
+        worst = np.where(n_d >= 2, np.nanmax(d, -1), np.nan)
+        n_x = np.isfinite(xstar).sum(-1)
+        drift = np.where(n_x >= 2, np.nanmax(xstar, -1) - np.nanmin(xstar, -1), np.nan)
+        ok = np.isfinite(xstar) & np.isfinite(U)[None, None, :]
+        n_ok = ok.sum(-1)
+        uu = np.where(ok, U[None, None, :], 0.0)
+        xx = np.where(ok, xstar, 0.0)
+        ubar = uu.sum(-1) / n_ok
+        xbar = xx.sum(-1) / n_ok
+        du = np.where(ok, uu - ubar[..., None], 0.0)
+        sxx = (du**2).sum(-1)
+        slope = np.where((n_ok >= 2) & (sxx > 1e-12), (du * (xx - xbar[..., None])).sum(-1) / sxx, np.nan)
+        sens = np.nanmean(np.nanmean(np.where(fin, yv[..., None] - score, np.nan), -1), -1) if full else None
+    return {"j": j, "present": present, "trains": trains, "cens": cens, "xstar": xstar, "ystar": yv, "drift": drift,
+            "slope": slope, "regret": regret, "worst": worst, "n_d": n_d, "sens": sens}
+
+
+class _quiet:
+    """Silence numpy's "mean of empty slice" warnings (an empty slice is NaN, as wanted)."""
+
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc):
+        self._w.__exit__(*exc)
+
+
+def _estimate(per_seed, cells, *, sign, thr, m0, lr_float, size_num, ref_code, n_boot, ci, seed, sized, notes):
+    """Point estimates and paired-bootstrap intervals: (rows by _k, sizes by (_k, _s))."""
+    n_sizes = int(cells["_s"].max()) + 1
+    V, Lc, n_seeds, _ = _layout(per_seed, n_sizes)
+    K, S, L, N = V.shape
+    X = np.where(Lc >= 0, np.log2(lr_float[np.clip(Lc, 0, None)]), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        U = np.log2(size_num) if sized else np.full(S, np.nan)
+    present = np.isfinite(V).any((-1, -2))
+    firsts = np.where(present, np.arange(S)[None, :], S).min(-1)
     if ref_code is not None:
-        has_ref = per_size.loc[per_size["_s"] == ref_code, "_k"].unique()
-        missing = first.index.difference(has_ref)
-        if len(missing):
-            notes.append(f"{len(missing)} row(s) lack the reference size; their smallest size stands in")
-        ref_s = pd.Series(np.where(first.index.isin(has_ref), ref_code, first.to_numpy()), index=first.index)
+        has = present[:, ref_code]
+        if (~has).any():
+            notes.append(f"{int((~has).sum())} row(s) lack the reference size; their smallest size stands in")
+        ref = np.where(has, ref_code, firsts)
     else:
-        ref_s = first
-    ref_best = per_size.set_index(["_k", "_s"])["best_l"]
-    ref_l = pd.Series([ref_best[(k, s)] for k, s in ref_s.items()], index=ref_s.index, name="ref_l")
+        ref = firsts
+    with _quiet():
+        P = np.nanmean(V, -1)
+        point = _fit(P[None], X, sign, thr, U, ref)
 
-    ps = per_size.join(ref_l, on="_k")
-    at_ref = cells[["_k", "_s", "_l", "score", "std"]].rename(columns={"_l": "ref_l", "score": "score_ref", "std": "std_ref"})
-    ps = ps.merge(at_ref, on=["_k", "_s", "ref_l"], how="left")
-    ps["d"] = ps["score_best"] - ps["score_ref"]  # >= 0: best_lr(s) is the best lr at s
-    ps["d"] = ps["d"].clip(lower=0.0)
-    ps["log2_best"] = np.log2(lr_float[ps["best_l"].to_numpy()])
-    # a size where no run at any lr counted (all diverged, pruned or failed) has no
-    # best lr: its arg-max is a tie of worst values. It stays out of lr_drift and shows
-    # no best lr; its d(s) = worst - worst = 0 (SPEC 5) when best_lr(s_ref) was tried there.
-    by_size = cells.groupby(["_k", "_s"]).agg(n_ok=("n_ok", "sum"), n_runs=("n_runs", "sum"), n_div=("n_diverged", "sum"))
-    at = pd.MultiIndex.from_frame(ps[["_k", "_s"]])
-    dead = by_size["n_ok"].reindex(at).to_numpy() == 0
-    ps["dead"] = dead
-    ps["all_div"] = dead & (by_size["n_div"] == by_size["n_runs"]).reindex(at).to_numpy()
-    if dead.any():
-        what = "size(s)" if sized else "row(s)"
-        tail = ", left out of lr_drift, and such a row does not transfer" if sized else ""
-        notes.append(f"{int(dead.sum())} {what} had no run that counted at any lr: no best lr (shown as diverged or n/a){tail}")
-    ps.loc[dead, "log2_best"] = np.nan
-    # a reference size without a best lr gives no best_lr(s_ref): no d(s) at any size
-    ref_dead = ps.loc[dead & (ps["_s"].to_numpy() == ref_s.reindex(ps["_k"]).to_numpy()), "_k"].unique()
-    if len(ref_dead) and sized:  # (without a size axis the regrets do not apply anyway)
-        notes.append(f"{len(ref_dead)} row(s) had no run that counted at the reference size: no reference lr, "
-                     "so transfer_regret and worst_regret are n/a")
-    if len(ref_dead):
-        ps.loc[ps["_k"].isin(ref_dead), "d"] = np.nan
-    # variances of the compared cells (NaN for one seed; left out of the pooled mean)
-    var_best = ps["std_best"] ** 2
-    var_ref = (ps["std_ref"] ** 2).where(ps["d"].notna())
-    var_sum = var_best.fillna(0) + var_ref.fillna(0)
-    var_n = var_best.notna().astype(int) + var_ref.notna().astype(int)
-    ps["var_sum"], ps["var_n"] = var_sum, var_n
+    # paired bootstrap over seeds: one multinomial draw of seed indices per row and replicate
+    reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar")}
+    sel = np.flatnonzero(n_seeds >= 2)  # with one seed a resample is the sample itself: no interval
+    if n_boot > 0 and sel.size:
+        rng = np.random.default_rng(seed)
+        Ks, ns = sel.size, n_seeds[sel]
+        Vs = V[sel]
+        mask = np.isfinite(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1).astype(float)  # [K, N, S*L]
+        Vf = np.nan_to_num(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1)
+        valid = np.arange(N)[None, None, :] < ns[:, None, None]
+        chunk = max(1, int(4_000_000 // max(1, Ks * S * L + Ks * N * N)))
+        done = 0
+        while done < n_boot:
+            b = min(chunk, n_boot - done)
+            idx = (rng.random((Ks, b, N)) * ns[:, None, None]).astype(np.int64)
+            W = ((idx[..., None] == np.arange(N)) & valid[..., None]).sum(-2).astype(float)  # [K, b, N] seed weights
+            with np.errstate(invalid="ignore", divide="ignore"):
+                Mb = (W @ Vf) / (W @ mask)  # [K, b, S*L]
+            Mb = Mb.reshape(Ks, b, S, L).transpose(1, 0, 2, 3)
+            # a cell whose seeds the resample all missed (cells with fewer seeds than their row) keeps its mean
+            Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
+            with _quiet():
+                r = _fit(Mb, X[sel], sign, thr, U, ref[sel], full=False)
+            for name in reps:
+                reps[name].append(r[name])
+            done += b
+    alpha = (1 - ci) / 2
 
-    # with several sizes, d(s_ref) = 0 alone says nothing: no regret without another size to compare
-    ps["other_d"] = ps["d"].notna() & (ps["_s"].to_numpy() != ref_s.reindex(ps["_k"]).to_numpy())
-    g = ps.groupby("_k", sort=True)
-    rows = pd.DataFrame(
-        {
-            "lr_drift": g["log2_best"].max() - g["log2_best"].min(),
-            "transfer_regret": g["d"].mean(),
-            "worst_regret": g["d"].max(),
-            "regret_sizes": g["d"].count(),
-            "sizes": g["_s"].size(),
-        }
-    )
-    blind = (rows["sizes"] > 1) & (g["other_d"].sum() == 0)
-    rows.loc[blind, ["transfer_regret", "worst_regret"]] = np.nan
-    pooled_n = g["var_n"].sum()
-    rows["spread"] = np.sqrt((g["var_sum"].sum() / pooled_n.where(pooled_n > 0)).fillna(0.0))
-    rows["reference_size"] = _obj([size_vals[s][1] for s in ref_s.reindex(rows.index)], rows.index)
-    rows["_best_lrs"] = [tuple(zip(grp["_s"].tolist(), np.where(grp["dead"], -1, grp["best_l"]).tolist())) for _, grp in g]
-    rows["_dead"] = [tuple((s, "diverged" if a else "n/a") for s, d, a in zip(grp["_s"], grp["dead"], grp["all_div"]) if d)
-                     for _, grp in g]
-    has_dead = g["dead"].any()
+    def interval(name):
+        shape = point[name].shape[1:]
+        lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)
+        if reps[name]:
+            arr = np.concatenate(reps[name], axis=0)
+            lo[sel], hi[sel] = _nanquantile(arr, alpha), _nanquantile(arr, 1 - alpha)
+        return lo, hi
 
-    # stable octaves
-    stable = _stable(cells, lr_float)
-    rows = rows.join(stable)
+    rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
+    for name, col in (("drift", "lr_drift"), ("slope", "lr_slope"), ("regret", "transfer_regret"), ("worst", "worst_regret")):
+        rows[col] = point[name][0]
+        rows[col + "_lo"], rows[col + "_hi"] = interval(name)
+    rows["lr_sensitivity"] = point["sens"][0]
+    rows["regret_sizes"] = point["n_d"][0]
+    rows["sizes"] = present.sum(-1)
+    rows["seeds"] = n_seeds
+    rows["_ref_s"] = ref
+    # the seed spread at each size's best grid lr, pooled (shown next to the regrets)
+    j = point["j"][0]
+    at = np.take_along_axis(V, j[..., None, None].repeat(N, -1), axis=2)[:, :, 0, :]  # [K, S, N]
+    with _quiet():
+        var = np.nanvar(at, axis=-1, ddof=1)
+        rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
-    # best over all cells of the label
-    top = cells.sort_values(["_k", "score", "_l"], ascending=[True, False, True], kind="mergesort").groupby("_k").head(1).set_index("_k")
-    rows["best"] = top["mean"]
-    rows["best_std"] = top["std"]
-    rows["best_n"] = top["n"]
-    cg = cells.groupby("_k", sort=True)
-    trained = cg["n_ok"].sum() > 0
-    # a row where nothing counted has no best configuration either (its best m is the worst value)
-    rows["_best_s"] = top["_s"].where(trained, -1)
-    rows["best_lr"] = np.where(trained, lr_float[top["_l"].to_numpy()], np.nan)
-    rows["seeds"] = cg["n"].max()
-    rows["runs"] = cg["n_runs"].sum()
-    rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
+    xlo, xhi = interval("xstar")
+    kk, ss = np.nonzero(present)
+    by = cells.groupby(["_k", "_s"]).agg(n_div=("n_diverged", "sum"), n_runs=("n_runs", "sum"))
+    all_div = (by["n_div"] == by["n_runs"]).reindex(pd.MultiIndex.from_arrays([kk, ss])).to_numpy()
+    cens = point["cens"][0][kk, ss]
+    grid_l = Lc[kk, j[kk, ss]]
+    xs = point["xstar"][0][kk, ss]
+    sizes = pd.DataFrame({
+        "_k": kk, "_s": ss, "x_star": xs, "x_lo": xlo[kk, ss], "x_hi": xhi[kk, ss], "best_lr": np.exp2(xs),
+        "grid_lr": lr_float[grid_l],
+        "censored": np.where(cens == -1, "<=", np.where(cens == 1, ">=", np.where(cens == 2, "=", ""))),
+        "trains": point["trains"][0][kk, ss], "all_diverged": all_div,
+        "m_star": sign * point["ystar"][0][kk, ss],
+    })
+    sizes.loc[~sizes["trains"], "censored"] = ""
+    return rows, sizes
 
-    ok_drift = rows["lr_drift"] <= rows["grid_step"] + _EPS
-    ok_regret = rows["worst_regret"] <= rows["spread"] + _EPS
-    assessable = rows["worst_regret"].notna() & trained
-    verdict = np.where(~assessable, "n/a", np.where(ok_drift & ok_regret, "yes", "no"))
-    # a size that trained at no learning rate: no lr transfers to it, whatever the regrets say
-    rows["transfers"] = np.where(trained & has_dead, "no", verdict)
-    return rows
+
+def _nanquantile(arr: np.ndarray, q: float) -> np.ndarray:
+    """numpy's default (linear) quantile along axis 0, ignoring NaN; vectorized (np.nanquantile
+    loops in Python over the other axes)."""
+    srt = np.sort(arr, axis=0)  # NaN sort last
+    n = np.isfinite(arr).sum(0)
+    pos = q * np.clip(n - 1, 0, None)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.clip(n - 1, 0, None))
+    a = np.take_along_axis(srt, lo[None], 0)[0]
+    b = np.take_along_axis(srt, hi[None], 0)[0]
+    return np.where(n > 0, a + (pos - lo) * (b - a), np.nan)
+
+
+def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float: np.ndarray, *, tolerance: float,
+              sized: bool) -> None:
+    """Fill ``transfers`` (yes / no / inconclusive) and ``why`` (docs/leaderboard.md)."""
+    tol = tolerance
+    verdicts, whys = [], []
+    sz = sizes.sort_values(["_k", "_s"], kind="mergesort")
+    bounds = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="left")
+    ends = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="right")
+    cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr")}
+    names = np.array([fmt_value(v[1]) for v in size_vals], dtype=object)
+    for i, r in enumerate(rows[["lr_drift_lo", "lr_drift_hi", "seeds", "sizes", "grid_max_step"]].to_dict("records")):
+        g = {c: v[bounds[i]:ends[i]] for c, v in cols.items()}
+        g["all_diverged"] = pd.Series(g["all_diverged"])
+        name = names[g["_s"]]
+        lo, hi = r["lr_drift_lo"], r["lr_drift_hi"]
+        ci = f"lr_drift {lo:.2f}-{hi:.2f}" if np.isfinite(lo) else ""
+        dead = [f"{n}: {'diverged' if d else 'no lr trains'}" for n, t, d in zip(name, g["trains"], g["all_diverged"]) if not t]
+        no, inc = [], []
+        if sized and dead:
+            no.append(("size " if len(dead) == 1 else "sizes ") + ", ".join(dead))
+        elif dead:
+            no.append("no lr trains" if not g["all_diverged"].all() else "diverged at every lr")
+        if sized and np.isfinite(lo) and r["seeds"] >= 3 and lo > tol + _EPS:
+            no.append(f"{ci} > {tol:g} oct")
+        if no:
+            verdicts.append("no")
+            whys.append("; ".join(no))
+            continue
+        if not sized:
+            inc.append("no size axis")
+        elif r["sizes"] < 2:
+            inc.append("1 size")
+        if r["seeds"] < 3:
+            inc.append(f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}")
+        cens = [(n, c, lr) for n, c, lr in zip(name, g["censored"], g["grid_lr"]) if c]
+        if cens:
+            inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g})" if c != "=" else f"{n} (one lr)" for n, c, lr in cens))
+        if sized and r["grid_max_step"] > 1 + _EPS:
+            inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
+        if sized and r["sizes"] >= 2:
+            if not np.isfinite(hi):
+                if r["seeds"] >= 3:
+                    inc.append("no lr_drift interval")
+            elif hi > tol + _EPS:
+                inc.append(f"{ci} straddles {tol:g} oct")
+        if inc:
+            verdicts.append("inconclusive")
+            whys.append("; ".join(inc))
+        else:
+            verdicts.append("yes")
+            whys.append(f"{ci} <= {tol:g} oct")
+    rows["transfers"] = verdicts
+    rows["why"] = whys
 
 
 def _stable(cells: pd.DataFrame, lr_float: np.ndarray) -> pd.DataFrame:
-    """stable_octaves, its range and the grid step, per label."""
+    """stable_octaves, its range and the grid step, per label: a grid lr is stable when every
+    size has a cell there that trains and no run there diverged."""
     n_sizes = cells.groupby("_k")["_s"].nunique()
-    cl = cells.assign(ok=(cells["n_diverged"] == 0).astype(int)).groupby(["_k", "_l"], sort=True)["ok"].sum().reset_index()
+    good = ((cells["n_diverged"] == 0) & cells["trains"]).astype(int)
+    cl = cells.assign(ok=good).groupby(["_k", "_l"], sort=True)["ok"].sum().reset_index()
     cl["stable"] = cl["ok"].to_numpy() == n_sizes.reindex(cl["_k"]).to_numpy()
     cl["log2"] = np.log2(lr_float[cl["_l"].to_numpy()])
     k = cl["_k"].to_numpy()
@@ -554,56 +718,5 @@ def _stable(cells: pd.DataFrame, lr_float: np.ndarray) -> pd.DataFrame:
     out["stable_lr_min"] = np.exp2(best["lo"]).reindex(out.index)
     out["stable_lr_max"] = np.exp2(best["hi"]).reindex(out.index)
     out["grid_step"] = gaps.groupby("_k")["gap"].median().reindex(out.index).fillna(0.0)
+    out["grid_max_step"] = gaps.groupby("_k")["gap"].max().reindex(out.index).fillna(0.0)
     return out
-
-
-def _bootstrap_drift(
-    per_seed: pd.DataFrame, cells: pd.DataFrame, sign: float, lr_float: np.ndarray, n_boot: int, ci: float, seed: int
-) -> tuple[pd.Series, pd.Series]:
-    """Percentile interval of lr_drift per label, resampling seeds per cell."""
-    labels = np.unique(cells["_k"].to_numpy())
-    if n_boot <= 0 or cells.empty:
-        nan = pd.Series(np.nan, index=labels)
-        return nan, nan
-    rng = np.random.default_rng(seed)
-    # cells are sorted by (_k, _s, _l); per_seed is sorted by (_k, _s, _l, _seed)
-    cell_idx = per_seed.groupby(["_k", "_s", "_l"], sort=True).ngroup().to_numpy()
-    n_per = np.bincount(cell_idx, minlength=len(cells))
-    vals = sign * per_seed["v"].to_numpy(dtype=float)
-    oks = per_seed["ok"].to_numpy(dtype=float)  # runs of the seed that counted with their own value
-    offsets = np.r_[0, np.cumsum(n_per)[:-1]]
-    ks = cells["_k"].to_numpy()
-    kss = cells["_k"].to_numpy() * (cells["_s"].max() + 1) + cells["_s"].to_numpy()
-    g_starts = np.flatnonzero(np.r_[True, kss[1:] != kss[:-1]])
-    g_of_cell = np.cumsum(np.r_[True, kss[1:] != kss[:-1]]) - 1
-    g_k = ks[g_starts]
-    k_starts = np.flatnonzero(np.r_[True, g_k[1:] != g_k[:-1]])
-    lr_cell = lr_float[cells["_l"].to_numpy()]
-    chunk = max(1, min(n_boot, int(2_000_000 // max(1, len(cells) * max(1, n_per.max())))))
-    drifts = []
-    done = 0
-    while done < n_boot:
-        b = min(chunk, n_boot - done)
-        means = np.empty((len(cells), b))
-        counted = np.empty((len(cells), b))
-        for n in np.unique(n_per):
-            sel = np.flatnonzero(n_per == n)
-            at = offsets[sel][:, None] + np.arange(n)[None, :]  # (cells_n, n)
-            draw = rng.integers(0, n, size=(len(sel), b, n))
-            means[sel] = np.take_along_axis(vals[at][:, None, :].repeat(b, axis=1), draw, axis=2).mean(axis=2)
-            counted[sel] = np.take_along_axis(oks[at][:, None, :].repeat(b, axis=1), draw, axis=2).sum(axis=2)
-        gmax = np.maximum.reduceat(means, g_starts, axis=0)
-        cand = np.where(means >= gmax[g_of_cell] - 1e-12, lr_cell[:, None], np.inf)
-        best = np.log2(np.minimum.reduceat(cand, g_starts, axis=0))
-        # as in the point estimate: a size with no counted run in this replicate has no best lr
-        best[np.add.reduceat(counted, g_starts, axis=0) == 0] = np.nan
-        with np.errstate(invalid="ignore"):
-            drifts.append(np.fmax.reduceat(best, k_starts, axis=0) - np.fmin.reduceat(best, k_starts, axis=0))
-        done += b
-    d = np.concatenate(drifts, axis=1)
-    alpha = (1 - ci) / 2
-    lo, hi = np.full(len(d), np.nan), np.full(len(d), np.nan)
-    some = np.isfinite(d).any(axis=1)
-    if some.any():
-        lo[some], hi[some] = np.nanquantile(d[some], [alpha, 1 - alpha], axis=1)
-    return pd.Series(lo, index=g_k[k_starts]), pd.Series(hi, index=g_k[k_starts])

@@ -1,6 +1,7 @@
 """Render an `Analysis` as Markdown, CSV, LaTeX (booktabs) or a self-contained HTML page.
 
-Every table carries its provenance (SPEC 5), passed in as ordered
+Every table carries its provenance and says where its columns are defined
+(``docs/leaderboard.md``). The provenance is passed in as ordered
 ``(field, value)`` pairs (see `nas_stab.results.leaderboard.provenance`); the
 settings of the analysis (metric, worst value, notes) are appended here.
 
@@ -23,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from nas_stab.results.analysis import Analysis, fmt_value
+from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
 
 __all__ = [
     "FORMATS",
@@ -31,8 +33,10 @@ __all__ = [
     "escape_md",
     "render",
     "settings_items",
+    "provenance_text",
     "summary",
     "to_cells_csv",
+    "to_sizes_csv",
     "to_csv",
     "to_html",
     "to_latex",
@@ -40,6 +44,7 @@ __all__ = [
 ]
 
 FORMATS = ("md", "csv", "tex", "html")
+DEFINITIONS = "docs/leaderboard.md"
 
 Provenance = Sequence[tuple[str, str]]
 
@@ -100,40 +105,43 @@ def escape_latex(s: Any) -> str:
 def settings_items(a: Analysis) -> list[tuple[str, str]]:
     """The analysis settings as provenance-style pairs."""
     st = a.settings
-    worst = f"{_num(st.worst)}"
-    if st.threshold is not None:
-        worst += f" (loss_factor {_num(st.loss_factor)} x largest finite value among complete runs)"
+    better = "above" if st.direction == "maximize" else "below"
     items = [
-        ("metric", f"{st.metric} ({st.direction}); bad runs (diverged, pruned, failed, non-finite) count as {worst}"),
+        ("metric", f"{st.metric} ({st.direction}); no-learning value m0 = {_num(st.m0)} ({st.m0_source}): diverged, "
+                   f"pruned, failed and non-finite runs count as m0 and worse values are clamped to it; a cell trains "
+                   f"when its seed-mean is {better} m0 by more than {_num(st.margin)}"),
         ("learning rate", st.lr_key),
         ("size axis", st.transfer_key or "none (one size)"),
         ("rows", ", ".join(st.compare) or "one row"),
         ("reference size", fmt_value(st.reference) if st.reference is not None else "smallest"),
-        ("lr_drift interval", f"{int(round(st.ci * 100))}% bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}"),
+        ("tolerance", f"{_num(st.tolerance)} octave(s): 'yes' needs the whole lr_drift interval within it"),
+        ("intervals", f"{int(round(st.ci * 100))}% paired bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}"),
+        ("definitions", DEFINITIONS),
     ]
     items += [("note", n) for n in st.notes]
     return items
 
 
 def summary(a: Analysis) -> str:
-    """One line for an index of leaderboards: which rows transfer, the drift, and the best row.
+    """One line for an index of leaderboards: which rows transfer, which do not, which cannot tell, and the best row.
 
-    Example: ``"val_acc, 3 rows: transfers: stam (drift 0.00 oct, regret 0); does not: sum (drift 1.00
-    oct, regret 0.053), avg (...); best: avg 0.872"``
+    Example: ``"val_acc, 3 rows: transfers: stam (drift 0.00 oct, regret 0); does not: sum (size 16: no lr
+    trains); inconclusive: avg (2 seeds); best: avg 0.872"``
     """
     st = a.settings
-    parts = {"yes": [], "no": [], "n/a": []}
+    parts: dict[str, list[str]] = {"yes": [], "no": [], "inconclusive": []}
     for r in a.rows.to_dict("records"):
-        parts[r["transfers"]].append(
-            f"{r['label']} (drift {_oct(r['lr_drift'])} oct, regret {_num(r['transfer_regret'], 2)})"
-        )
+        if r["transfers"] == "yes":
+            parts["yes"].append(f"{r['label']} (drift {_oct(r['lr_drift'])} oct, regret {_num(r['transfer_regret'], 2)})")
+        else:
+            parts.setdefault(r["transfers"], []).append(f"{r['label']} ({r['why']})")
     out = [f"{st.metric}, {len(a.rows)} row{'s' if len(a.rows) != 1 else ''}"]
     if parts["yes"]:
         out.append("transfers: " + ", ".join(parts["yes"]))
     if parts["no"]:
         out.append("does not: " + ", ".join(parts["no"]))
-    if parts["n/a"]:
-        out.append("cannot tell: " + ", ".join(parts["n/a"]))
+    if parts["inconclusive"]:
+        out.append("inconclusive: " + ", ".join(parts["inconclusive"]))
     if len(a.rows):
         sign = 1 if st.direction == "maximize" else -1
         top = a.rows.loc[(sign * a.rows["best"]).idxmax()]
@@ -142,28 +150,34 @@ def summary(a: Analysis) -> str:
 
 
 def _no_best(r: Mapping[str, Any]) -> dict[str, str]:
-    """{size text: "diverged" or "n/a"} for the sizes of a row that have no best learning rate."""
+    """{size text: "diverged" or "no lr trains"} for the sizes of a row that have no optimum."""
     return {fmt_value(s): why for s, why in (r.get("no_best_lr") or ())}
 
 
-def _lr_or_why(lr: Any, why: str | None, digits: int = 3) -> str:
-    try:
-        missing = math.isnan(float(lr))
-    except (TypeError, ValueError):
-        missing = True
-    return (why or "n/a") if missing else _num(lr, digits)
-
-
 def _best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> str:
-    """best_lr(s) per size; a size where nothing trained shows "diverged" or "n/a", never a learning rate."""
+    """best_lr(s) per size, with ``<=`` / ``>=`` when censored at the grid's end (``=`` when only one lr
+    was tried); a size where no lr trains shows "diverged" or "no lr trains", never a learning rate."""
     no_best = _no_best(r)
+    cens = {fmt_value(s): c for s, c in (r.get("censored") or ())}
     parts = []
     for s, lr in r["best_lrs"]:
-        text = _lr_or_why(lr, no_best.get(fmt_value(s)))
-        if lr_fmt is not None and text not in ("diverged", "n/a"):
-            text = lr_fmt(lr)
-        parts.append(f"{fmt_value(s)}:{text}" if sized else text)
+        key = fmt_value(s)
+        try:
+            missing = math.isnan(float(lr))
+        except (TypeError, ValueError):
+            missing = True
+        if missing:
+            text = no_best.get(key, "n/a")
+        else:
+            text = cens.get(key, "").replace("=", "=", 1) + (lr_fmt(lr) if lr_fmt is not None else _num(lr, 3))
+        parts.append(f"{key}:{text}" if sized else text)
     return sep.join(parts)
+
+
+def _ci(lo: Any, hi: Any, fmt=None) -> str:
+    fmt = fmt or _oct
+    a, b = fmt(lo), fmt(hi)
+    return "–" if a == "–" and b == "–" else f"{a}–{b}"
 
 
 def _best_at(r: Mapping[str, Any], st) -> str:
@@ -174,7 +188,7 @@ def _best_at(r: Mapping[str, Any], st) -> str:
         missing = True
     if missing:
         whys = set(_no_best(r).values())
-        return "diverged" if whys == {"diverged"} else "n/a"
+        return "diverged" if whys == {"diverged"} else "no run counted"
     sized = st.transfer_key is not None
     return (f"{st.transfer_key}={fmt_value(r['best_size'])}, " if sized else "") + f"lr={_num(r['best_lr'], 3)}"
 
@@ -184,8 +198,9 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
     st = a.settings
     sized = st.transfer_key is not None
     headers = ["rank"] + (list(st.compare) or ["row"]) + [
-        "transfers", "transfer_regret", "worst_regret", "spread", "lr_drift", "lr_drift CI",
-        "best_lr(s)", "stable_octaves", f"best {st.metric}", "best at", "seeds", "diverged",
+        "transfers", "why", "transfer_regret", "regret CI", "worst_regret", "spread", "lr_drift", "lr_drift CI",
+        "lr_slope", "lr_slope CI", "best_lr(s)", "lr_sensitivity", "stable_octaves", f"best {st.metric}", "best at",
+        "seeds", "diverged",
     ]
     text: list[list[str]] = []
     keys: list[list[float | None]] = []
@@ -195,19 +210,21 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
         if r["best_n"] > 1 and not pd.isna(r["best_std"]):
             best += f" ± {_num(r['best_std'], 2)}"
         at = _best_at(r, st)
-        lo, hi = _oct(r["lr_drift_lo"]), _oct(r["lr_drift_hi"])
-        ci = "–" if lo == "–" and hi == "–" else f"{lo}–{hi}"  # no interval (no size axis): one dash, not three
+        num3 = lambda v: _num(v, 3)  # noqa: E731
         text.append(
             [str(r["rank"])] + labels + [
-                r["transfers"], _num(r["transfer_regret"], 3), _num(r["worst_regret"], 3), _num(r["spread"], 3),
-                _oct(r["lr_drift"]), ci, _best_lrs(r, sized), _oct(r["stable_octaves"]), best, at,
-                str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
+                r["transfers"], r["why"], _num(r["transfer_regret"], 3),
+                _ci(r["transfer_regret_lo"], r["transfer_regret_hi"], num3), _num(r["worst_regret"], 3),
+                _num(r["spread"], 3), _oct(r["lr_drift"]), _ci(r["lr_drift_lo"], r["lr_drift_hi"]), _oct(r["lr_slope"]),
+                _ci(r["lr_slope_lo"], r["lr_slope_hi"]), _best_lrs(r, sized), _num(r["lr_sensitivity"], 3),
+                _oct(r["stable_octaves"]), best, at, str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
             ]
         )
         keys.append(
             [float(r["rank"])] + [None] * len(labels) + [
-                None, r["transfer_regret"], r["worst_regret"], r["spread"], r["lr_drift"], r["lr_drift_lo"],
-                None, r["stable_octaves"], r["best"], None, float(r["seeds"]), r["diverged"],
+                None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["spread"], r["lr_drift"],
+                r["lr_drift_lo"], r["lr_slope"], r["lr_slope_lo"], None, r["lr_sensitivity"], r["stable_octaves"],
+                r["best"], None, float(r["seeds"]), r["diverged"],
             ]
         )
     return headers, text, keys
@@ -253,7 +270,9 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
     out.append("|" + "|".join("---:" if _is_num_col(text, i) else "---" for i in range(len(headers))) + "|")
     for row in text:
         out.append("| " + " | ".join(escape_md(c) for c in row) + " |")
-    out += ["", "Columns as defined in SPEC 5; `spread` is the pooled seed-to-seed standard deviation the regret is judged against.", ""]
+    out += ["", f"Columns are defined in `{DEFINITIONS}` (in the nas_stab repository): `transfers` is yes / no / "
+            "inconclusive and `why` gives the reason; `<=` / `>=` in `best_lr(s)` mark an optimum censored at the "
+            "grid's end; intervals are 90% paired bootstraps over seeds.", ""]
     out += ["## Provenance", ""]
     out += [f"- **{escape_md(k)}**: {escape_md(v)}" for k, v in list(provenance) + settings_items(a)]
     if plots:
@@ -266,37 +285,41 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
 # ---------------------------------------------------------------- CSV
 
 
-def _csv_header(provenance: Provenance, a: Analysis) -> str:
-    return "".join(f"# {k}: {' '.join(str(v).split())}\n" for k, v in list(provenance) + settings_items(a))
+def provenance_text(a: Analysis, provenance: Provenance) -> str:
+    """The provenance and settings of a CSV table, one ``field: value`` line each (the sidecar
+    ``leaderboard_provenance.txt``: the CSV files themselves stay plain)."""
+    return "".join(f"{k}: {' '.join(str(v).split())}\n" for k, v in list(provenance) + settings_items(a))
 
 
-def to_csv(a: Analysis, provenance: Provenance) -> str:
-    """The leaderboard rows with raw numbers; provenance as leading ``# field: value`` lines
-    (read back with ``pandas.read_csv(path, comment='#')``, or ``skiprows`` over the ``#`` lines
-    when a value itself holds a ``#``)."""
+CSV_COLUMNS = [
+    "rank", "label", "transfers", "why", "transfer_regret", "transfer_regret_lo", "transfer_regret_hi",
+    "worst_regret", "worst_regret_lo", "worst_regret_hi", "regret_sizes", "spread", "best_lr(s)", "lr_drift",
+    "lr_drift_lo", "lr_drift_hi", "lr_slope", "lr_slope_lo", "lr_slope_hi", "lr_sensitivity", "grid_step",
+    "stable_octaves", "stable_lr_min", "stable_lr_max", "best", "best_std", "best_n", "best_size", "best_lr",
+    "reference_size", "sizes", "seeds", "runs", "diverged", "m0", "margin",
+]
+
+
+def to_csv(a: Analysis, provenance: Provenance | None = None) -> str:
+    """The leaderboard rows with raw numbers, as a plain CSV (``pandas.read_csv(path)`` loads it);
+    the provenance goes to the sidecar written by `provenance_text`."""
     st = a.settings
-    cols = ["rank", "label", *st.compare, "transfers", "transfer_regret", "worst_regret", "regret_sizes", "spread",
-            "lr_drift", "lr_drift_lo", "lr_drift_hi", "grid_step", "stable_octaves", "stable_lr_min", "stable_lr_max",
-            "best", "best_std", "best_n", "best_size", "best_lr", "reference_size", "sizes", "seeds", "runs", "diverged"]
-    df = a.rows[[c for c in dict.fromkeys(cols) if c in a.rows.columns]].copy()
-    df.insert(df.columns.get_loc("lr_drift"), "best_lr(s)", [
-        _best_lrs(r, True, sep=";", lr_fmt=lambda lr: f"{lr:.6g}") for r in a.rows.to_dict("records")
-    ])
+    rows = a.rows.copy()
+    rows["best_lr(s)"] = [_best_lrs(r, True, sep=";", lr_fmt=lambda lr: f"{lr:.6g}") for r in a.rows.to_dict("records")]
+    cols = CSV_COLUMNS[:2] + list(st.compare) + CSV_COLUMNS[2:]
+    df = rows[[c for c in dict.fromkeys(cols) if c in rows.columns]].copy()
     for c in ("best_size", "reference_size", *st.compare):
         if c in df.columns:
             df[c] = df[c].map(fmt_value)
     if "best_size" in df.columns:  # no run of the row counted: no best configuration (not the value null)
         df.loc[a.rows["best_lr"].isna().to_numpy(), "best_size"] = ""
     buf = io.StringIO()
-    buf.write(_csv_header(provenance, a))
-    from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
-
     escape_frame(df).to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     return buf.getvalue()
 
 
-def to_cells_csv(a: Analysis, provenance: Provenance) -> str:
-    """The per-cell table (row label x size x lr: mean, std, n, diverged ...)."""
+def to_cells_csv(a: Analysis, provenance: Provenance | None = None) -> str:
+    """The per-cell table (row label x size x lr: mean, std, n, diverged ...), plain CSV."""
     st = a.settings
     df = a.cells.drop(columns=[c for c in a.cells.columns if c.startswith("_")]).copy()
     df = df.rename(columns={"size": st.transfer_key or "size", "lr": st.lr_key})
@@ -305,9 +328,21 @@ def to_cells_csv(a: Analysis, provenance: Provenance) -> str:
     front = ["label", *st.compare, st.transfer_key or "size", st.lr_key]
     df = df[list(dict.fromkeys(front + list(df.columns)))]
     buf = io.StringIO()
-    buf.write(_csv_header(provenance, a))
-    from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
+    escape_frame(df).to_csv(buf, index=False, lineterminator="\n")
+    return buf.getvalue()
 
+
+def to_sizes_csv(a: Analysis) -> str:
+    """Per row label and size: the fitted optimum x*(s) = log2(best_lr), its interval, censoring, trains."""
+    st = a.settings
+    df = a.sizes.drop(columns=[c for c in a.sizes.columns if c.startswith("_")]).copy()
+    df = df.rename(columns={"size": st.transfer_key or "size"})
+    for c in (st.transfer_key or "size", *st.compare):
+        if c in df.columns:
+            df[c] = df[c].map(fmt_value)
+    front = ["label", *st.compare, st.transfer_key or "size"]
+    df = df[list(dict.fromkeys(front + list(df.columns)))]
+    buf = io.StringIO()
     escape_frame(df).to_csv(buf, index=False, lineterminator="\n")
     return buf.getvalue()
 
@@ -319,8 +354,9 @@ def to_latex(a: Analysis, provenance: Provenance) -> str:
     """A booktabs ``table`` (needs ``\\usepackage{booktabs}``); provenance in a footnote-size
     paragraph under the table and as ``%`` comments."""
     headers, text, _ = display_table(a)
-    # the CI, best-at and diverged columns make the table too wide for a page; they stay in CSV/HTML
-    drop = {"lr_drift CI", "best at"}
+    # a page holds only the verdict and its main numbers; every column stays in CSV and HTML
+    drop = {"regret CI", "worst_regret", "spread", "lr_drift CI", "lr_slope CI", "lr_sensitivity", "stable_octaves",
+            "best at", "diverged"}
     keep = [i for i, h in enumerate(headers) if h not in drop]
     align = "".join("l" if headers[i] in ("transfers", "best_lr(s)") or not _is_num_col(text, i) else "r" for i in keep)
     lines = [f"% {escape_latex(k)}: {escape_latex(v)}" for k, v in provenance]
@@ -340,7 +376,8 @@ def to_latex(a: Analysis, provenance: Provenance) -> str:
         cells = [escape_latex(row[i]).replace("±", r"$\pm$") for i in keep]
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip", r"\footnotesize"]
-    lines.append("; ".join(f"{escape_latex(k)}: {escape_latex(v)}" for k, v in list(provenance) + settings_items(a)) + ".")
+    lines.append(f"Columns defined in {escape_latex(DEFINITIONS)}; " + "; ".join(
+        f"{escape_latex(k)}: {escape_latex(v)}" for k, v in list(provenance) + settings_items(a)) + ".")
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
@@ -423,7 +460,7 @@ th[aria-sort=descending]::after { content: " \\25BC"; }
 table.provenance th { font-weight: 600; vertical-align: top; }
 figure { margin: 1em 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
-.yes { color: #176317; font-weight: 600; } .no { color: #9b1c1c; }
+.yes { color: #176317; font-weight: 600; } .no { color: #9b1c1c; } .inconclusive { color: #7a5b00; }
 """
 
 
@@ -441,7 +478,7 @@ def _html_table(table_id: str, headers: list[str], text: list[list[str]], keys: 
             cls = []
             if num:
                 cls.append("num")
-            if c in ("yes", "no"):
+            if c in ("yes", "no", "inconclusive"):
                 cls.append(c)
             value = "" if k is None or (isinstance(k, float) and math.isnan(k)) else repr(float(k))
             attr = f' data-value="{e(value)}"' if num else f' data-value="{e(c)}"'
@@ -477,8 +514,10 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
         out.append(f'<p class="description">{e(prov["description"])}</p>')
     out.append(f'<p class="summary"><strong>Summary</strong>: {e(summary(a))}</p>')
     out.append(_html_table("leaderboard", headers, text, keys))
-    out.append("<p>Columns as defined in SPEC 5; <code>spread</code> is the pooled seed-to-seed standard deviation "
-               "the regret is judged against. Click a column header to sort.</p>")
+    out.append(f"<p>Columns are defined in <code>{e(DEFINITIONS)}</code> (in the nas_stab repository): "
+               "<code>transfers</code> is yes / no / inconclusive and <code>why</code> gives the reason; "
+               "<code>&lt;=</code> / <code>&gt;=</code> in <code>best_lr(s)</code> mark an optimum censored at the grid's end; "
+               "intervals are 90% paired bootstraps over seeds. Click a column header to sort.</p>")
     out.append('<h2>Provenance</h2><table class="provenance"><tbody>')
     for k, v in list(provenance) + settings_items(a):
         out.append(f'<tr><th scope="row">{e(k)}</th><td>{e(v)}</td></tr>')

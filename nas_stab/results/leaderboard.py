@@ -1,18 +1,24 @@
-"""Build leaderboards from run directories (SPEC 3 and 5).
+"""Build leaderboards from run directories (columns defined in docs/leaderboard.md).
 
 ``build_leaderboard([run_dir, ...], formats=("md", "csv", "tex", "html"))``
 reads each run's ``spec.yaml`` and ``trials.csv``, concatenates the trials
 (a key that a run does not search takes that run's base value), analyzes them
 with the ``leaderboard:`` settings of the first run, and writes
-``leaderboard.<ext>`` (plus ``leaderboard_cells.csv`` with csv) and
-``plots/*.png`` atomically into the output directory. The provenance covers
-every run (see `provenance`).
+``leaderboard.<ext>`` (with csv: ``leaderboard_cells.csv``, ``leaderboard_sizes.csv``
+and the provenance sidecar ``leaderboard_provenance.txt``, so every CSV loads
+with a plain ``pandas.read_csv``) and ``plots/*.png`` atomically into the
+output directory. The provenance covers every run (see `provenance`).
+
+The ``leaderboard:`` settings are read from the run's stored spec and may be
+overridden per call (``overrides``: lr, transfer, compare, metric, reference,
+tolerance), which is how ``nas-stab leaderboard --metric ...`` re-slices a run
+without training.
 
 Example:
     >>> from pathlib import Path
     >>> paths = build_leaderboard([Path("runs/quickstart")], formats=("md", "html"))  # doctest: +SKIP
     >>> sorted(paths)  # doctest: +SKIP
-    ['html', 'md', 'plot:divergence', 'plot:fwd_norm_init', 'plot:lr_transfer']
+    ['html', 'md', 'plot:divergence', 'plot:fwd_norm_init', 'plot:lr_transfer', 'plot:optimum_transfer']
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ from nas_stab.results.analysis import Analysis, analyze, fill_base, lookup
 __all__ = ["RunData", "atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "load_run", "provenance"]
 
 PLOTS = {
-    "lr_transfer": "metric vs log2(lr), one line per size",
+    "lr_transfer": "metric vs log2(lr), one line per size, each size's fitted optimum with its interval",
+    "optimum_transfer": "transfer plot: fitted optimum log2(lr) vs log2(size), one line per row, interval band, fitted slope",
     "fwd_norm_init": "forward RMS norm per block at init, across sizes",
     "divergence": "divergence map: fraction of runs diverged (size x lr)",
 }
@@ -89,26 +96,47 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(path=d, spec=spec, trials=trials)
 
 
-def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
+SETTING_KEYS = ("lr", "transfer", "compare", "metric", "reference", "tolerance")
+
+
+def _classes(spec: Mapping[str, Any]) -> int | None:
+    """The class count of a classification run's dataset (None when unknown: imagefolder, translation)."""
+    if lookup(spec, "task.kind", "classification") != "classification":
+        return None
+    name = lookup(spec, "task.dataset.name")
+    if name == "synthetic":
+        n = lookup(spec, "task.dataset.classes", 10)
+        return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
+    return CLASSES.get(str(name))
+
+
+def _settings(spec: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The analysis settings of a run: its stored ``leaderboard:`` section, then `overrides`."""
     lb = spec.get("leaderboard") or {}
     if not isinstance(lb, Mapping):
         lb = {}
+    lb = {**lb, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    if "tolerance" in lb:
+        lb["tolerance_octaves"] = lb.pop("tolerance")
     compare = lb.get("compare") or ()
     if isinstance(compare, str):
-        compare = (compare,)
+        compare = tuple(c.strip() for c in compare.split(",") if c.strip())
     metric = lb.get("metric") or lookup(spec, "search.objective") or "val_acc"
-    loss_factor = lookup(spec, "stability.divergence.loss_factor", 10.0)
     try:
-        loss_factor = float(loss_factor)
+        tolerance = float(lb.get("tolerance_octaves") if lb.get("tolerance_octaves") is not None else 1.0)
     except (TypeError, ValueError):
-        loss_factor = 10.0
+        raise SpecError(f"must be a number of octaves, got {lb.get('tolerance_octaves')!r}", key="leaderboard.tolerance_octaves") from None
+    if not tolerance > 0:
+        raise SpecError(f"must be > 0 octaves, got {tolerance!r}", key="leaderboard.tolerance_octaves")
     return {
         "lr": lb.get("lr") or "train.lr",
         "transfer": lb.get("transfer") or None,
         "compare": tuple(str(c) for c in compare),
         "metric": str(metric),
         "reference": lb.get("reference"),
-        "loss_factor": loss_factor,
+        "tolerance": tolerance,
+        "classes": _classes(spec),
     }
 
 
@@ -169,7 +197,7 @@ def _run_names(runs: Sequence[RunData]) -> list[str]:
 
 
 def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | None = None) -> list[tuple[str, str]]:
-    """SPEC 5 provenance as ordered (field, value) pairs: spec name and hash, dataset and
+    """Provenance as ordered (field, value) pairs: spec name and hash, dataset and
     subset, seeds, nas_stab version and commit, torch, hardware, dates, trials by status,
     compute time.
 
@@ -249,13 +277,16 @@ def _compute(trials: pd.DataFrame, *, total: bool = True) -> str:
     return _duration(float(wall.sum())) + (" total wall time of all runs" if total else "")
 
 
-def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None) -> tuple[Analysis, list[tuple[str, str]], list[RunData]]:
-    """Read and analyze one or more runs: (analysis, provenance, runs)."""
+def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> tuple[Analysis, list[tuple[str, str]], list[RunData]]:
+    """Read and analyze one or more runs: (analysis, provenance, runs). `overrides` replace the
+    stored ``leaderboard:`` settings (keys of `SETTING_KEYS`)."""
     unique = {Path(d).resolve(): Path(d) for d in run_dirs}  # a run named twice counts once
     runs = [load_run(d) for d in unique.values()]
     if not runs:
         raise RunError("no run directory given")
-    cfg = _settings(runs[0].spec)
+    cfg = _settings(runs[0].spec, overrides)
+    _check_axes(cfg, runs)
     keys = [cfg["lr"], cfg["transfer"], *cfg["compare"]]
     if len(runs) > 1:  # a key one run searches and another does not: the latter's base value
         keys += [c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c]
@@ -271,6 +302,19 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
         where = ", ".join(str(r.path / "trials.csv") for r in runs)
         raise RunError(f"{where}: {e}") from None
     return a, provenance(runs, trials, command=command), runs
+
+
+def _check_axes(cfg: Mapping[str, Any], runs: Sequence[RunData]) -> None:
+    """A key the table slices by must be a column of some run's trials or a key of its spec."""
+    for what, key in [("--lr", cfg["lr"]), ("--transfer", cfg["transfer"])] + [("--compare", k) for k in cfg["compare"]]:
+        if key and not any(key in r.trials.columns or lookup(r.spec, key) is not None for r in runs):
+            searched = sorted({c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c})
+            raise SpecError(f"{key!r} is neither a searched key of the run nor a key of its spec; searched: "
+                            f"{', '.join(searched) or 'none'}", key=what)
+    m = cfg["metric"]
+    if not any(m in r.trials.columns for r in runs):
+        have = sorted({c for r in runs for c in r.trials.columns if c in metrics.OBJECTIVES})
+        raise SpecError(f"no run recorded the metric {m!r}; recorded: {', '.join(have) or 'none'}", key="--metric")
 
 
 # ---------------------------------------------------------------- writing
@@ -300,6 +344,7 @@ def build_leaderboard(
     *,
     plots: bool = True,
     n_boot: int = 1000,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write the leaderboard of one or more runs; returns {kind: path}.
 
@@ -312,7 +357,9 @@ def build_leaderboard(
         formats: any of ``md, csv, tex, html`` (a list or a comma-separated string).
         out_dir: where to write; default the run directory (required with several runs).
         plots: also draw the PNG figures (embedded in the HTML, linked from Markdown).
-        n_boot: bootstrap replicates for the ``lr_drift`` interval.
+        n_boot: bootstrap replicates for the intervals.
+        overrides: replace stored ``leaderboard:`` settings (lr, transfer, compare, metric,
+            reference, tolerance) for this table only.
 
     Raises:
         RunError: a run directory is missing, malformed or empty.
@@ -330,7 +377,10 @@ def build_leaderboard(
     command = "nas-stab leaderboard " + " ".join(str(d) for d in run_dirs) + f" --format {','.join(fmts)}"
     if len(run_dirs) > 1 or out != run_dirs[0]:
         command += f" --out {out}"
-    a, prov, runs = load_analysis(run_dirs, n_boot=n_boot, command=command)
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            command += f" --{k} {','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+    a, prov, runs = load_analysis(run_dirs, n_boot=n_boot, command=command, overrides=overrides)
     written: dict[str, Path] = {}
 
     pngs: dict[str, bytes] = {}
@@ -341,6 +391,7 @@ def build_leaderboard(
         history = {str(i): r.path / "history" for i, r in enumerate(runs)}
         figures = {
             "lr_transfer": lambda: _plots.transfer_plot(a),
+            "optimum_transfer": lambda: _plots.optimum_plot(a),
             "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)),
             "divergence": lambda: _plots.divergence_plot(a),
         }
@@ -357,15 +408,17 @@ def build_leaderboard(
         written[fmt] = atomic_write(out / f"leaderboard.{fmt}", text)
         if fmt == "csv":
             written["cells_csv"] = atomic_write(out / "leaderboard_cells.csv", _formats.to_cells_csv(a, prov))
+            written["sizes_csv"] = atomic_write(out / "leaderboard_sizes.csv", _formats.to_sizes_csv(a))
+            written["provenance"] = atomic_write(out / "leaderboard_provenance.txt", _formats.provenance_text(a, prov))
     return written
 
 
-def leaderboard_markdown(run_dir: str | Path, *, n_boot: int = 1000) -> str:
+def leaderboard_markdown(run_dir: str | Path, *, n_boot: int = 1000, overrides: Mapping[str, Any] | None = None) -> str:
     """The Markdown leaderboard of one run (for the runner to print and save at the end of a run).
 
     Links the plots when ``<run_dir>/plots/`` already holds them.
     """
-    a, prov, _ = load_analysis([run_dir], n_boot=n_boot)
+    a, prov, _ = load_analysis([run_dir], n_boot=n_boot, overrides=overrides)
     plots_dir = Path(run_dir) / "plots"
     links = {cap: f"plots/{name}.png" for name, cap in PLOTS.items() if (plots_dir / f"{name}.png").is_file()}
     return _formats.to_markdown(a, prov, plots=links or None)

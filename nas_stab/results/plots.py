@@ -3,10 +3,14 @@
 - `transfer_plot`: the metric against log2(lr), one line per size, one panel
   per row label (the muP style); error bars are the standard deviation over
   seeds, cut at the metric's range (accuracy in [0, 1], BLEU in [0, 100]); a cell where any run diverged is marked with a red cross, and each
-  size's best learning rate with a star (none for a size where no run counted:
-  it has no best learning rate). All panels share one x and one y range; with a
+  size's fitted optimum (the quadratic refinement, at its fitted value) with a
+  star and a horizontal bar for its bootstrap interval (none for a size where
+  no lr trains: it has no optimum); a hollow star marks a censored optimum. All panels share one x and one y range; with a
   single learning rate the x range is one octave either side of it, the sizes
   are drawn side by side and each point is labelled with its value.
+- `optimum_plot`: the transfer plot: the fitted optimum log2(lr) against
+  log2(size), one line per row label, the bootstrap interval as a band, the
+  least-squares slope in the legend; censored optima drawn hollow.
 - `fwd_norm_plot`: the forward RMS norm per block at initialization (history
   step 0, columns ``fwd_norm.<i>``), one line per size, one panel per row label,
   averaged over the runs read.
@@ -38,8 +42,8 @@ from nas_stab.metrics import value_range
 from nas_stab.results.analysis import Analysis, fmt_value
 
 __all__ = [
-    "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "transfer_figure",
-    "transfer_plot",
+    "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "optimum_figure",
+    "optimum_plot", "transfer_figure", "transfer_plot",
 ]
 
 _MAX_PANELS = 24
@@ -149,13 +153,11 @@ def _size_legend(fig, axes, a: Analysis) -> None:
                    title_fontsize=8)
 
 
-def _best_lr_by_size(a: Analysis, k: int, codes: Sequence[int]) -> dict[int, float]:
-    """{size code: best lr (NaN when the size has none)} of row `k`, from the analysis itself."""
-    row = a.rows.loc[a.rows["_k"] == k]
-    if row.empty:
-        return {}
-    pairs = row.iloc[0]["best_lrs"]
-    return {s: float(lr) for s, (_, lr) in zip(sorted(codes), pairs)}
+def _optima(a: Analysis, k: int) -> pd.DataFrame:
+    """The per-size optima of row `k` (x_star, x_lo, x_hi, m_star, censored, trains), by size code."""
+    if a.sizes is None or a.sizes.empty:
+        return pd.DataFrame(columns=["x_star", "x_lo", "x_hi", "m_star", "censored", "trains"])
+    return a.sizes[a.sizes["_k"] == k].set_index("_s")
 
 
 # ---------------------------------------------------------------- transfer
@@ -194,21 +196,24 @@ def transfer_figure(a: Analysis):
         dodge = {s: 0.0 for s in sizes}
     for ax, (k, title) in zip(axes, labels):
         sub = cells[cells["_k"] == k]
-        best = _best_lr_by_size(a, k, sub["_s"].unique())
+        opt = _optima(a, k)
         for s, grp in sub.groupby("_s", sort=True):
             x = np.log2(grp["lr"].to_numpy()) + dodge[s]
             y = grp["mean"].to_numpy()
             e = np.nan_to_num(grp["std"].to_numpy())
             ax.errorbar(x, y, yerr=np.vstack(_bars(y, e, bounds)), marker="o", ms=4 if single else 3, lw=1.4, capsize=2, color=colors[s],
-                        label=_size_name(a, size_name[s]))
+                        label=_size_name(a, size_name[s]), alpha=0.85)
             div = grp["n_diverged"].to_numpy() > 0
             if div.any():
                 ax.scatter(x[div], y[div], marker="x", s=40, color="red", zorder=5)
-            blr = best.get(s, math.nan)
-            if math.isfinite(blr):  # no star for a size where nothing trained: it has no best lr
-                at = np.flatnonzero(np.isclose(grp["lr"].to_numpy(), blr, rtol=1e-9, atol=0))
-                if at.size:
-                    ax.scatter([x[at[0]]], [y[at[0]]], marker="*", s=90, color=colors[s], edgecolor="black", zorder=6)
+            if s in opt.index and bool(opt.loc[s, "trains"]) and np.isfinite(opt.loc[s, "x_star"]):
+                xo, yo = float(opt.loc[s, "x_star"]) + dodge[s], float(opt.loc[s, "m_star"])
+                lo, hi = float(opt.loc[s, "x_lo"]), float(opt.loc[s, "x_hi"])
+                if np.isfinite(lo) and np.isfinite(hi):  # the optimum's bootstrap interval
+                    ax.plot([lo + dodge[s], hi + dodge[s]], [yo, yo], color=colors[s], lw=4, alpha=0.45, solid_capstyle="butt", zorder=6)
+                hollow = bool(opt.loc[s, "censored"])
+                ax.scatter([xo], [yo], marker="*", s=130, facecolor="white" if hollow else colors[s], edgecolor="black",
+                           linewidth=0.8, zorder=7)
             if single:
                 for xi, yi, ei in zip(x, y, e):
                     text = f"{yi:.4g}" + (f" ± {ei:.2g}" if ei > 0 else "")
@@ -224,9 +229,69 @@ def transfer_figure(a: Analysis):
             ax.set_xticks([xs[0]], [f"{xs[0]:.2f}\n(lr {lr0:.3g})"])
         ax.grid(alpha=0.3)
     _size_legend(fig, axes, a)
-    head = f"{st.metric} vs learning rate (x: a run diverged; *: best lr of a size; bars: std over seeds, within the metric's range)"
+    head = (f"{st.metric} vs learning rate. *: each size's fitted optimum (hollow: censored at the grid's end), "
+            f"thick bar: its 90% interval; x: a run diverged; error bars: std over seeds")
     _suptitle(fig, a, head)
     return fig
+
+
+def optimum_figure(a: Analysis):
+    """The Figure of `optimum_plot`, or None without a size axis or without two sizes with an optimum."""
+    st = a.settings
+    sz = a.sizes
+    if not st.transfer_key or sz is None or sz.empty:
+        return None
+    try:
+        u = np.log2(np.array([float(v) for v in sz["size"]], dtype=float))
+    except (TypeError, ValueError):
+        return None  # sizes that are not numbers have no log2
+    sz = sz.assign(u=u)
+    labels = [(k, t) for k, t in _labels(a) if np.isfinite(sz.loc[sz["_k"] == k, "x_star"]).sum() >= 2]
+    if not labels:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    rows = a.rows.set_index("_k")
+    for i, (k, title) in enumerate(labels):
+        g = sz[(sz["_k"] == k) & np.isfinite(sz["x_star"])].sort_values("u")
+        c = cmap(i % 10)
+        r = rows.loc[k]
+        slope = r["lr_slope"]
+        s_ci = f" [{r['lr_slope_lo']:.2f}, {r['lr_slope_hi']:.2f}]" if np.isfinite(r["lr_slope_lo"]) else ""
+        name = f"{title}: {r['transfers']}, slope {slope:+.2f}{s_ci} oct/doubling"
+        ax.plot(g["u"], g["x_star"], marker="o", color=c, lw=1.6, label=_wrap(name, 4.0, 8))
+        band = np.isfinite(g["x_lo"]) & np.isfinite(g["x_hi"])
+        if band.any():
+            ax.fill_between(g["u"][band], g["x_lo"][band], g["x_hi"][band], color=c, alpha=0.15, lw=0)
+        cen = g["censored"].astype(bool).to_numpy()
+        if cen.any():
+            ax.scatter(g["u"][cen], g["x_star"][cen], marker="o", s=60, facecolor="white", edgecolor=c, zorder=5, linewidth=1.5)
+        if np.isfinite(slope):  # the least-squares line
+            uu = g["u"].to_numpy()
+            xx = g["x_star"].to_numpy()
+            ax.plot(uu, xx.mean() + slope * (uu - uu.mean()), color=c, lw=0.9, ls="--", alpha=0.8)
+    lrs = np.log2(np.sort(a.cells["lr"].unique()))
+    ax.axhspan(lrs[0] - 0.05, lrs[0], color="0.85", lw=0)
+    ax.axhspan(lrs[-1], lrs[-1] + 0.05, color="0.85", lw=0)
+    ax.set_ylim(lrs[0] - 0.3, lrs[-1] + 0.3)
+    sizes = sorted(set(zip(sz["u"], sz["size"])), key=lambda p: p[0])
+    ax.set_xticks([p[0] for p in sizes], [f"{p[0]:.2g}\n({fmt_value(p[1])})" for p in sizes], fontsize=_TICK_PT)
+    ax.set_xlabel(f"log2({st.transfer_key})")
+    ax.set_ylabel(f"fitted optimum log2({st.lr_key})")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize=7, title=_row_keys_line(a), title_fontsize=7)
+    fig.suptitle(_wrap(f"transfer plot: {st.metric}'s optimum lr vs size (band: 90% interval; dashed: fitted slope; "
+                       f"hollow: censored at the grid's end, the grey lines)", 7.2, 10), fontsize=10)
+    return fig
+
+
+def optimum_plot(a: Analysis) -> bytes | None:
+    """The fitted optimum log2(lr) against log2(size), one line per row, with its interval band and slope."""
+    fig = optimum_figure(a)
+    return None if fig is None else _png(fig)
 
 
 def _bars(mean, std, bounds: tuple[float, float]):

@@ -178,9 +178,26 @@ class RunDir:
             data = rd.spec_plain(spec)
             data["meta"] = meta_for(spec)
             atomic_write(path / "spec.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        else:
+            rd._update_presentation(spec)
         (path / "history").mkdir(exist_ok=True)
         rd.repair()
         return rd
+
+    def _update_presentation(self, spec) -> None:
+        """The same experiment rerun with other ``leaderboard:`` settings (or description): they are
+        not part of its identity (the spec hash leaves them out), so the stored spec takes the new
+        ones and the next table is built with them; nothing is retrained."""
+        p = self.path / "spec.yaml"
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        new = self.spec_plain(spec)
+        changed = [k for k in ("leaderboard", "description") if data.get(k) != new.get(k)]
+        if not changed:
+            return
+        for k in changed:
+            data[k] = new[k]
+        atomic_write(p, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        self.log(f"spec.yaml: {' and '.join(changed)} updated from {spec.source} (not part of the experiment's identity)")
 
     def repair(self) -> int:
         """Remove temp files a killed writer left behind (atomic writes never leave

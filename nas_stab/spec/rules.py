@@ -114,12 +114,61 @@ def check_spec(spec, ctx: Ctx) -> None:
         problem = check_key(spec, key)
         if problem:
             raise ctx.error(path, problem)
+    _check_axes(spec, ctx)
     if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
         raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
 
     check_config(spec, ctx)
     # every searched value must make a valid configuration
     _check_space_values(spec, ctx)
+
+
+def _n_values(d) -> float:
+    """How many values a searched dimension takes (inf for a continuous one)."""
+    from nas_stab.space import Space
+
+    return len(Space.values_of(d)) if d.discrete else math.inf
+
+
+def _check_axes(spec, ctx: Ctx) -> None:
+    """A transfer leaderboard needs its size axis searched with >= 2 values and its lr with >= 3:
+    one size has nothing to transfer to, and with two lrs every optimum is at the grid's end."""
+    lb = spec.leaderboard
+    if lb.transfer is None:
+        return
+    d = spec.space.get(lb.transfer)
+    if d is None or _n_values(d) < 2:
+        got = "is not searched" if d is None else f"is searched with only {_n_values(d)} value"
+        raise ctx.error(("leaderboard", "transfer"), f"{lb.transfer!r} {got}: the size axis of an lr-transfer "
+                        f"leaderboard must be a key of space: with at least 2 values")
+    d = spec.space.get(lb.lr)
+    if d is None or _n_values(d) < 3:
+        got = "is not searched" if d is None else f"is searched with only {_n_values(d)} value(s)"
+        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} {got}: an lr-transfer leaderboard needs the learning rate "
+                        f"searched with at least 3 values (with fewer, every optimum lies at the grid's end)")
+
+
+def leaderboard_warnings(spec) -> list[str]:
+    """Settings that are valid but can only give `inconclusive` verdicts (printed, not errors)."""
+    lb = spec.leaderboard
+    if lb.transfer is None:
+        return []
+    out = []
+    if len(spec.seeds) < 3:
+        out.append(f"seeds: {len(spec.seeds)} seed(s); the leaderboard needs at least 3 for a 'yes' or a drift-based "
+                   "'no', so its verdicts can only be 'inconclusive' (or 'no' for a size where no lr trains)")
+    d = spec.space.get(lb.lr)
+    if d is not None and d.discrete:
+        try:
+            lrs = sorted(float(v) for v in spec.space.values_of(d) if float(v) > 0)
+        except (TypeError, ValueError):
+            lrs = []
+        gaps = [math.log2(b / a) for a, b in zip(lrs, lrs[1:])]
+        if gaps and max(gaps) > 1 + 1e-9:
+            out.append(f"space.{lb.lr}: the lr grid is coarser than 1 octave (largest step {max(gaps):.2f} octaves); "
+                       "optima between grid points cannot be located to the tolerance, so verdicts may only be "
+                       "'inconclusive'")
+    return out
 
 
 def _check_space_values(spec, ctx: Ctx) -> None:

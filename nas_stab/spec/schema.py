@@ -184,6 +184,7 @@ class LeaderboardConfig:
     compare: tuple[str, ...] = _f((), "keys whose values label the rows")
     metric: Optional[str] = _f(None, "default: search.objective")
     reference: Any = _f(None, "s_ref; default the smallest size")
+    tolerance_octaves: float = _f(1.0, "lr_drift a 'yes' allows, in octaves", gt=0)
 
 
 @dataclass(frozen=True)
