@@ -8,21 +8,35 @@ from __future__ import annotations
 STATUSES = ("complete", "pruned", "diverged", "failed")
 
 TASK_METRICS = {
-    "classification": ("train_loss", "val_loss", "val_acc", "test_acc"),
-    "translation": ("train_loss", "val_loss", "bleu", "test_bleu"),
+    "classification": ("train_loss", "init_loss", "val_loss", "val_acc", "test_acc"),
+    "translation": ("train_loss", "init_loss", "val_loss", "bleu", "test_bleu"),
 }
 
-# Stability metrics, each at init (init_ prefix) and at the end (final_ prefix).
-STABILITY_METRICS = ("fwd_ratio", "grad_ratio", "update_ratio", "sharpness", "lr_sharpness")
+# Stability metrics, each at init (init_ prefix) and at the end (final_ prefix); docs/metrics.md defines them.
+STABILITY_METRICS = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_ratio", "grad_norm", "branch_grad_norm",
+                     "grad_ratio", "update_ratio", "update_norm", "loss_drop", "sharpness", "eos_ratio", "lr_sharpness",
+                     "attn_logit_max", "output_logit_rms")
+TRANSFORMER_ONLY = ("enc_fwd_ratio", "dec_fwd_ratio", "attn_logit_max", "output_logit_rms")
+
+# diverged_why labels (docs/metrics.md gives the rule of each)
+DIVERGED_WHY = ("forward_explosion_at_init", "eos_above_1", "loss_spike", "attn_logit_growth",
+                "nonfinite_gradient", "nonfinite_forward", "nonfinite_loss", "loss_above_threshold")
 
 MAXIMIZE = {"val_acc", "test_acc", "bleu", "test_bleu"}
-MINIMIZE = {"train_loss", "val_loss", "max_update_ratio"}
+MINIMIZE = {"train_loss", "init_loss", "val_loss", "max_update_ratio", "loss_spikes"}
+
+
+def stability_metrics(task_kind: str) -> tuple[str, ...]:
+    """The stability metrics recorded for a task (the Transformer-only ones for translation only)."""
+    if task_kind == "translation":
+        return STABILITY_METRICS
+    return tuple(m for m in STABILITY_METRICS if m not in TRANSFORMER_ONLY)
 
 # Metrics an objective may name: task metrics plus stability metrics at the end.
 OBJECTIVES = sorted(
     set(m for ms in TASK_METRICS.values() for m in ms)
     | {f"{p}{m}" for p in ("init_", "final_") for m in STABILITY_METRICS}
-    | {"max_update_ratio"}
+    | {"max_update_ratio", "loss_spikes"}
 )
 
 
@@ -37,7 +51,7 @@ def value_range(metric: str) -> tuple[float, float]:
         return 0.0, 1.0
     if metric in ("bleu", "test_bleu"):
         return 0.0, 100.0
-    if metric.endswith("sharpness"):  # an eigenvalue: either sign
+    if metric.endswith(("sharpness", "eos_ratio", "loss_drop")):  # an eigenvalue, a loss change: either sign
         return float("-inf"), float("inf")
     return 0.0, float("inf")
 

@@ -12,6 +12,20 @@ from torch import nn
 from nas_stab.spec.knobs import alpha, parse_tau, tau_value
 
 
+class Tap(nn.Module):
+    """A no-op marker inside a block: returns its first argument unchanged.
+
+    The stability probes hook it to see an intermediate value that is not a
+    module's output: the residual stream before the normalization that
+    follows the addition (`stream`), the scaled branch sum (`branch`), the
+    attention queries and keys (`logits`: called as tap(q, k, mask, causal)).
+    No parameters, no buffers, no cost when nothing is hooked.
+    """
+
+    def forward(self, x, *context):
+        return x
+
+
 class StableModel(nn.Module):
     """Base class: `blocks` (residual blocks, in order) and `branch_weights()`."""
 

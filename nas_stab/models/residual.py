@@ -29,7 +29,7 @@ class ResidualBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         f = self._tau() * self.branch(x)
         if self.skip.kind == "none":
-            return F.relu(f)
+            return F.relu(self.skip(x, f))  # f itself (through the probes' taps)
         return F.relu(self.skip(self.shortcut(x), f))
 
 

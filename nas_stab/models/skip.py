@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nas_stab.models.base import deepnorm_constants
+from nas_stab.models.base import Tap, deepnorm_constants
 from nas_stab.models.layers import make_norm
 
 NORMED = ("xskip_ln", "rskip_ln", "deepnorm")
@@ -36,20 +36,25 @@ class Skip(nn.Module):
             self.lam = float(lam)
         count = int(lam) if kind == "rskip_ln" else (1 if kind in NORMED else 0)
         self.norms = nn.ModuleList(make_norm(norm, ch, conv=conv, ln_mode=ln_mode) for _ in range(count))
+        # probe taps (no-ops): the scaled branch sum f, and the stream before the last Norm
+        self.branch_tap, self.stream_tap = Tap(), Tap()
 
     def forward(self, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
         k = self.kind
+        f = self.branch_tap(f)
         if k == "plain":
-            return x + f
+            return self.stream_tap(x + f)
         if k == "none":
-            return f
+            return self.stream_tap(f)
         if k == "xskip":
-            return self.lam * x + f
+            return self.stream_tap(self.lam * x + f)
         if k in ("xskip_ln", "deepnorm"):
-            return self.norms[0](self.lam * x + f)
-        y = self.norms[0](x + f)  # rskip_ln
-        for norm in self.norms[1:]:
-            y = norm(x + y)
+            return self.norms[0](self.stream_tap(self.lam * x + f))
+        y = x + f  # rskip_ln: the stream tapped is the input of the last Norm
+        for i, norm in enumerate(self.norms):
+            y = norm(self.stream_tap(y) if i == len(self.norms) - 1 else y)
+            if i < len(self.norms) - 1:
+                y = x + y
         return y
 
     def extra_repr(self) -> str:

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS
-from nas_stab.models.base import StableModel, Tau, branch_alpha
+from nas_stab.models.base import StableModel, Tap, Tau, branch_alpha
 from nas_stab.spec.schema import ModelConfig
 
 __all__ = ["Transformer", "check_transformer", "deepnorm_constants"]
@@ -93,6 +93,7 @@ class MultiHeadAttention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(d, 3 * inner)
         self.out_proj = nn.Linear(inner, d)
+        self.logits_tap = Tap()  # the probes' view of the attention logits: tap(q, k, mask, causal)
 
     def reset_parameters(self, beta: float = 1.0, normal: bool = False, zero_out: bool = False) -> None:
         d, inner, bw = self.out_proj.out_features, self.H * self.dh, self.branch_width
@@ -133,6 +134,7 @@ class MultiHeadAttention(nn.Module):
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
                 causal = False
+        self.logits_tap(q, k, mask, causal)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         if self.training and self.p > 0:
             # one Bernoulli draw per head per forward call, shared by tokens and batch
@@ -180,10 +182,12 @@ class Sublayer(nn.Module):
         if n_skip_norms == 0 and ln and cfg.norm_position == "post":
             n_skip_norms = 1  # the post-LN after the combination
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(n_skip_norms))
+        # probe taps (no-ops): the scaled branch output f, and the stream before the last Norm
+        self.branch_tap, self.stream_tap = Tap(), Tap()
 
     def forward(self, x, **kw):
         h = self.pre_norm(x) if self.pre_norm is not None else x
-        f = self.drop(self.fn(h, **kw)) * self.tau()
+        f = self.branch_tap(self.drop(self.fn(h, **kw)) * self.tau())
         s = self.skip
         if s == "plain":
             y = x + f
@@ -194,10 +198,13 @@ class Sublayer(nn.Module):
         elif s == "deepnorm":
             y = self.dn_alpha * x + f
         else:  # rskip_ln
-            y = self.norms[0](x + f)
-            for norm in self.norms[1:]:
-                y = norm(x + y)
+            y = x + f
+            for i, norm in enumerate(self.norms):
+                y = norm(self.stream_tap(y) if i == len(self.norms) - 1 else y)
+                if i < len(self.norms) - 1:
+                    y = x + y
             return y
+        y = self.stream_tap(y)
         return self.norms[0](y) if len(self.norms) else y
 
 

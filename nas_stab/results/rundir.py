@@ -35,7 +35,8 @@ from nas_stab.results.csvsafe import escape_cell, unescape_cell
 
 TRIALS_CSV = "trials.csv"
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
-FIXED_TAIL = ["max_update_ratio", "steps", "wall_s", "diverged_step", "error", "run_id", "key", "optuna_trial"]
+FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "diverged_step", "diverged_why", "error", "run_id",
+              "key", "optuna_trial"]
 
 
 def atomic_write(path: Path, data: str | bytes) -> Path:
@@ -330,7 +331,7 @@ class RunDir:
 def columns(searched: Iterable[str], task_kind: str, extra: Iterable[str] = ()) -> list[str]:
     """trials.csv columns in SPEC 4 order."""
     cols = list(FIXED_HEAD) + list(searched) + list(metrics.TASK_METRICS[task_kind])
-    cols += [f"{p}{m}" for p in ("init_", "final_") for m in metrics.STABILITY_METRICS]
+    cols += [f"{p}{m}" for p in ("init_", "final_") for m in metrics.stability_metrics(task_kind)]
     cols += [c for c in extra if c not in cols and c not in FIXED_TAIL]
     return cols + FIXED_TAIL
 

@@ -5,7 +5,7 @@ All probes run on the task's fixed probe batch and leave the model, its
 BatchNorm running statistics, the gradients and the optimizer exactly as they
 found them.
 """
-from nas_stab.stability.divergence import DivergenceRule, explain_nonfinite
+from nas_stab.stability.divergence import DivergenceRule, diverged_why, explain_nonfinite, reference_loss
 from nas_stab.stability.probes import Prober, probe_mode
 
-__all__ = ["DivergenceRule", "Prober", "explain_nonfinite", "probe_mode"]
+__all__ = ["DivergenceRule", "Prober", "diverged_why", "explain_nonfinite", "probe_mode", "reference_loss"]

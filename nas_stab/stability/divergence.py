@@ -18,12 +18,24 @@ from typing import Callable, Optional
 Explanation = tuple[str, float, int]
 
 
-class DivergenceRule:
-    """diverged = non-finite loss, or loss > loss_factor x the initial loss."""
+def reference_loss(task) -> float | None:
+    """The loss of a uniform prediction: ln(classes) for classification, ln(vocabulary) for
+    translation; None when the task says neither (then the first training loss serves)."""
+    info = getattr(task, "info", None)
+    n = getattr(info, "classes", 0) or (getattr(info, "extra", None) or {}).get("vocab", 0)
+    return math.log(n) if n and n > 1 else None
 
-    def __init__(self, loss_factor: float):
+
+class DivergenceRule:
+    """diverged = non-finite loss, or loss > loss_factor x the reference loss.
+
+    The reference is `reference_loss(task)` (the loss of a uniform
+    prediction), so a badly scaled init cannot raise the threshold; without
+    one, the first training loss."""
+
+    def __init__(self, loss_factor: float, reference: float | None = None):
         self.loss_factor = loss_factor
-        self.initial: float | None = None
+        self.initial: float | None = reference
         self.step: int | None = None
         self.reason: str | None = None
 
@@ -46,7 +58,7 @@ class DivergenceRule:
             self.initial = loss
             return False
         if what == "loss" and loss > self.threshold:
-            return self.trip(step, f"loss {loss:.4g} > {self.loss_factor:g} x initial loss {self.initial:.4g}")
+            return self.trip(step, f"loss {loss:.4g} > {self.loss_factor:g} x reference loss {self.initial:.4g}")
         return False
 
     def check_finite(self, value: float, step: int, what: str,
@@ -120,3 +132,66 @@ def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Optiona
         if found:
             return found[0], found[1], 0
     return None
+
+
+# ---------------------------------------------------------------- why a run diverged
+
+FWD_EXPLOSION_AT_INIT = 100.0  # init fwd_ratio above this: a forward explosion at init
+ATTN_GROWTH = 2.0  # attn_logit_max above this x its init value ...
+ATTN_MIN = 20.0  # ... and above this absolute value: attention-logit growth
+
+
+def diverged_why(history: list[dict], reason: str, spike_step: int | None, diverged_step: int | None,
+                 init_loss: float | None = None, threshold: float | None = None) -> str:
+    """A short label of what the metrics showed first before a divergence (docs/metrics.md).
+
+    In order of the step at which each sign first appeared (ties: this order):
+
+    - ``forward_explosion_at_init``: at init (step 0) the forward pass overflowed
+      (a block's stream, the model output or the probe loss), `fwd_ratio`
+      exceeded FWD_EXPLOSION_AT_INIT, or the initial loss was above the
+      divergence threshold;
+    - ``eos_above_1``: a snapshot before the divergence had `eos_ratio` > 1;
+    - ``loss_spike``: a training loss above mean + 6 std of the previous 128;
+    - ``attn_logit_growth``: a snapshot's `attn_logit_max` above ATTN_GROWTH x
+      its init value and above ATTN_MIN;
+
+    and when none of those came first, from the divergence itself:
+    ``nonfinite_gradient`` (the first non-finite quantity was a gradient, or
+    a parameter after an update with finite gradients, or the sharpness),
+    ``nonfinite_forward`` (a block's output, the model output, a parameter,
+    an attention logit), ``nonfinite_loss`` (the loss itself), or
+    ``loss_above_threshold`` (a finite loss above loss_factor x the reference).
+    """
+    end = diverged_step if diverged_step is not None else math.inf
+    signs: list[tuple[float, int, str]] = []
+    init = next((h for h in history if h.get("step") == 0), {})
+    fr = init.get("fwd_ratio")
+    blew = any(isinstance(v, float) and math.isinf(v) for k, v in init.items() if k.startswith("fwd_norm."))
+    r = reason or ""
+    at_init_forward = diverged_step == 0 and any(w in r for w in ("forward output", "non-finite model output (", "probe loss"))
+    if blew or at_init_forward or (fr is not None and (math.isinf(fr) or fr > FWD_EXPLOSION_AT_INIT)) or \
+            (init_loss is not None and threshold is not None and not init_loss <= threshold):
+        signs.append((0, 0, "forward_explosion_at_init"))
+    a0 = init.get("attn_logit_max")
+    for h in history:
+        s = h.get("step", 0)
+        if s > end:
+            continue
+        e = h.get("eos_ratio")
+        if e is not None and e > 1:
+            signs.append((s, 1, "eos_above_1"))
+        a = h.get("attn_logit_max")
+        if s > 0 and a is not None and a0 is not None and math.isfinite(a0) and a > ATTN_GROWTH * a0 and a > ATTN_MIN:
+            signs.append((s, 3, "attn_logit_growth"))
+    if spike_step is not None and spike_step <= end:
+        signs.append((spike_step, 2, "loss_spike"))
+    if signs:
+        return min(signs)[2]
+    if r.startswith(("non-finite gradient", "non-finite parameter", "non-finite sharpness")):
+        return "nonfinite_gradient"
+    if r.startswith("non-finite loss") or r.startswith("non-finite probe loss"):
+        return "nonfinite_loss"
+    if r.startswith("non-finite"):
+        return "nonfinite_forward"
+    return "loss_above_threshold"

@@ -53,6 +53,17 @@ from nas_stab.spec.schema import StabilityConfig
 _DEFAULTS = StabilityConfig()  # the schema's defaults, for a Prober built without a spec
 
 
+def update_batch(task, seed: int = 0):
+    """The training batch whose optimizer step `update_ratio`, `update_norm` and `loss_drop` measure:
+    the first batch of the task's training stream under its own generator (seeded from `seed`,
+    so the run's batch order and the global RNG are untouched). None for a task without a
+    training stream (then the step is taken on the probe batch itself)."""
+    batches = getattr(task, "train_batches", None)
+    if batches is None:
+        return None
+    return next(iter(batches(torch.Generator().manual_seed(7919 + seed))))
+
+
 def _rms_t(t: torch.Tensor) -> torch.Tensor:
     """Root mean square as a 0-d float32 tensor (no host sync; one fused reduction);
     inf or nan if the tensor holds a non-finite value (overflow)."""
@@ -142,37 +153,88 @@ def math_attention():
         yield
 
 
+def _taps(block: nn.Module, name: str) -> list[nn.Module]:
+    """The block's probe taps called `name` (see `models.base.Tap`)."""
+    return [m for n, m in block.named_modules() if n.rsplit(".", 1)[-1] == name]
+
+
 class _Capture:
-    """Forward hooks: the RMS of each block's output, the first block's input, the model output.
+    """Forward hooks for one probe forward pass.
 
-    The hooks keep 0-d tensors; `remove()` turns them into floats in one
-    transfer (one host sync per forward pass instead of one per block)."""
+    Per block i: the RMS of its input, of its residual stream before the
+    Norm that follows the addition (its `stream_tap`; a block without one,
+    such as a plain layer, gives its output), of its scaled branch sum (its
+    `branch_tap`), and with `grads` the L2 norm of the loss gradient with
+    respect to its output (the hidden stream it hands on), filled in by the
+    backward pass. Also the model's output and, for attention layers, the
+    largest attention logit. The hooks keep 0-d tensors; `values()` turns
+    them into floats in one transfer (one host sync per pass).
+    """
 
-    def __init__(self, model: nn.Module, blocks: list[nn.Module]):
-        self.block_rms: list[float] = [math.nan] * len(blocks)
+    def __init__(self, model: nn.Module, blocks: list[nn.Module], *, grads: bool = False, logits: bool = False):
+        n = len(blocks)
+        self.n = n
+        self.block_rms: list[float] = [math.nan] * n  # the stream of each block (pre-norm)
+        self.in_rms: list[float] = [math.nan] * n
+        self.branch_rms: list[float] = [math.nan] * n
+        self.grad_out: list[float] = [math.nan] * n
+        self.logit_max = math.nan
         self.first_in = math.nan
-        self._t: dict[int, torch.Tensor] = {}  # -1: the first block's input; i: block i's output
+        self._t: dict[tuple[str, int], torch.Tensor] = {}
+        self._g: dict[int, torch.Tensor] = {}
+        self._logits: list[torch.Tensor] = []
         self.outputs: list[torch.Tensor] = []
         self.hooks = []
+        self.grads = grads
         for i, b in enumerate(blocks):
             self.hooks.append(b.register_forward_hook(self._block_hook(i)))
+            for t in _taps(b, "stream_tap"):
+                self.hooks.append(t.register_forward_hook(self._tap_hook("stream", i)))
+            for t in _taps(b, "branch_tap"):
+                self.hooks.append(t.register_forward_hook(self._tap_hook("branch", i)))
+        if logits:
+            for t in _taps(model, "logits_tap"):
+                self.hooks.append(t.register_forward_hook(self._logits_hook))
         self.hooks.append(model.register_forward_hook(self._model_hook))
 
     def _block_hook(self, i: int):
         def hook(mod, inp, out):
-            if i == 0 and inp and torch.is_tensor(inp[0]):
-                self._t[-1] = _rms_t(inp[0])
+            if inp and torch.is_tensor(inp[0]):
+                self._t[("in", i)] = _rms_t(inp[0])
             o = out[0] if isinstance(out, tuple) else out
             if torch.is_tensor(o):
-                self._t[i] = _rms_t(o)
+                self._t[("out", i)] = _rms_t(o)
+                if self.grads and o.requires_grad:
+                    o.register_hook(lambda g, i=i: self._g.__setitem__(i, torch.linalg.vector_norm(g.detach(), dtype=torch.float32)))
 
         return hook
+
+    def _tap_hook(self, kind: str, i: int):
+        def hook(mod, inp, out):
+            if torch.is_tensor(out):
+                self._t[(kind, i)] = _rms_t(out)
+
+        return hook
+
+    def _logits_hook(self, mod, inp, out):
+        q, k = inp[0], inp[1]
+        mask = inp[2] if len(inp) > 2 else None
+        causal = bool(inp[3]) if len(inp) > 3 else False
+        with torch.no_grad():
+            lg = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                lg = lg.masked_fill(~mask if mask.dtype == torch.bool else mask == float("-inf"), float("-inf"))
+            if causal:
+                T, S = lg.shape[-2], lg.shape[-1]
+                lg = lg.masked_fill(torch.ones(T, S, dtype=torch.bool, device=lg.device).triu(1), float("-inf"))
+            self._logits.append(lg.amax())
 
     def _model_hook(self, mod, inp, out):
         if torch.is_tensor(out):
             self.outputs.append(out.detach())
 
     def remove(self) -> None:
+        """Remove the forward hooks and read the forward values (gradient hooks stay on their tensors)."""
         for h in self.hooks:
             h.remove()
         self.hooks = []
@@ -180,12 +242,33 @@ class _Capture:
             keys = list(self._t)
             vals = torch.stack([self._t[k] for k in keys]).tolist()
             self._t = {}
-            for k, v in zip(keys, vals):
+            have_stream = set()
+            for (kind, i), v in zip(keys, vals):
                 v = math.inf if math.isnan(v) else v  # nan: a non-finite value (overflow)
-                if k < 0:
-                    self.first_in = v
-                else:
-                    self.block_rms[k] = v
+                if kind == "in":
+                    self.in_rms[i] = v
+                elif kind == "branch":
+                    self.branch_rms[i] = v
+                elif kind == "stream":
+                    self.block_rms[i] = v
+                    have_stream.add(i)
+                elif i not in have_stream and not any(k == ("stream", i) for k in keys):
+                    self.block_rms[i] = v  # no stream tap: the block's output is the stream
+            self.first_in = self.in_rms[0] if self.n else math.nan
+        if self._logits:
+            v = float(torch.stack(self._logits).amax())
+            self.logit_max = math.inf if math.isnan(v) else v
+            self._logits = []
+
+    def grad_values(self) -> list[float]:
+        """The gradient norms with respect to each block's output, after the backward pass."""
+        if self._g:
+            keys = list(self._g)
+            vals = torch.stack([self._g[k] for k in keys]).tolist()
+            for i, v in zip(keys, vals):
+                self.grad_out[i] = math.inf if math.isnan(v) else v
+            self._g = {}
+        return self.grad_out
 
 
 class Prober:
@@ -219,6 +302,7 @@ class Prober:
         self.n_snapshots = 0
         self._modes = probe_modes(model)
         self._names = {p: n for n, p in model.named_parameters()}
+        self.update_batch = update_batch(task, seed)
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict:
@@ -247,7 +331,8 @@ class Prober:
             self.nonfinite = (what, value)
 
     def forward_norms(self) -> tuple[list[float], float]:
-        """RMS of each residual block's output, and the first block's input RMS (one forward, no grad)."""
+        """RMS of each block's residual stream (before its Norm), and the first block's input RMS
+        (one forward, no grad)."""
         cap = _Capture(self.model, self._blocks())
         try:
             with torch.no_grad(), probe_mode(self.model, self._modes):
@@ -256,23 +341,13 @@ class Prober:
             cap.remove()
         return cap.block_rms, cap.first_in
 
-    def grad_norms(self) -> list[tuple[str, float]]:
-        """Gradient norm of each residual-branch weight on the probe batch (`.grad` untouched)."""
-        branch = self._branch()
-        if not branch:
-            return []
-        with probe_mode(self.model, self._modes):
-            loss = self.task.loss(self.model, self.batch)
-            grads = torch.autograd.grad(loss, [p for _, p in branch], allow_unused=True)
-        norms = _norms([p.new_zeros(()) if g is None else g for (_, p), g in zip(branch, grads)])
-        return [(n, v) for (n, _), v in zip(branch, norms)]
-
     def update_ratio(self, optimizer: torch.optim.Optimizer) -> float:
-        """||f(theta') - f(theta)|| / ||f(theta)|| for one optimizer step on the probe batch (undone)."""
+        """RMS(f(theta') - f(theta)) / RMS(f(theta)) on the probe batch for one optimizer step
+        on the update batch (undone)."""
         return self.snapshot(optimizer, hessian=False)["update_ratio"]
 
     def sharpness(self) -> float:
-        """The signed largest-magnitude Hessian eigenvalue on the probe batch (one estimate)."""
+        """The top eigenvalue of the Hessian on the Hessian batch (one estimate)."""
         return self.snapshot(None, hessian=True)["sharpness"]
 
     # -------------------------------------------------------------- snapshot
@@ -285,14 +360,21 @@ class Prober:
 
     def snapshot(self, optimizer: torch.optim.Optimizer | None, step: int | None = None, *,
                  final: bool = False, hessian: bool | None = None) -> dict[str, float]:
-        """Every metric, as a flat {name: value} dict.
+        """Every metric, as a flat {name: value} dict (docs/metrics.md defines each).
 
-        Keys: `fwd_norm.<i>` (RMS of block i's output), `fwd_ratio`,
-        `grad_norm.<name>`, `grad_ratio`, `update_ratio`, `dw_ratio.<name>`
-        (||dW|| / ||W|| of one step, per branch weight), `probe_loss`, and when
+        Keys: `fwd_norm.<i>` (RMS of block i's stream before its Norm),
+        `fwd_ratio` (Transformer: also `enc_fwd_ratio`, `dec_fwd_ratio`),
+        `branch_ratio`, `grad_norm`, `branch_grad_norm`, `grad_norm.<name>`
+        (per branch weight), `grad_stream.<i>` (gradient norm with respect to
+        block i's output), `grad_ratio`, `probe_loss`; with an optimizer
+        `update_ratio`, `update_norm`, `loss_drop`, `dw_ratio.<name>`; when
         the Hessian is due `sharpness`, `sharpness_iters`,
-        `sharpness_converged`. Afterwards `self.nonfinite` names the first
-        non-finite quantity, in computation order, or is None.
+        `sharpness_converged`, and with an optimizer `lr_sharpness`,
+        `eos_ratio`; Transformer: `attn_logit_max`, `output_logit_rms`.
+
+        nan means undefined (a 0 denominator), inf an overflow. Afterwards
+        `self.nonfinite` names the first non-finite quantity, in computation
+        order, or is None.
         """
         do_hessian = self.hessian_due(step, final) if hessian is None else hessian
         self.nonfinite = None
@@ -301,67 +383,83 @@ class Prober:
         branch = self._branch()
         params = [p for p in model.parameters() if p.requires_grad]
         out: dict[str, float] = {}
+        transformer = getattr(model, "enc_blocks", None) is not None
 
-        cap = _Capture(model, blocks)
+        cap = _Capture(model, blocks, grads=True, logits=transformer)
         attn = math_attention() if do_hessian else contextlib.nullcontext()
         try:
             with probe_mode(model, self._modes), attn:
-                # one forward: block norms, the output before the update, the loss
+                # one forward on the probe batch: streams, branch sums, the output before the update, the loss
                 with torch.enable_grad():
                     loss = self.task.loss(model, self.batch)
                 cap.remove()
-                for i, v in enumerate(cap.block_rms):  # nan: the block did not run; inf: it overflowed
-                    out[f"fwd_norm.{i}"] = v
-                    if math.isinf(v):
-                        self._flag(f"forward output of blocks.{i}", v)
-                if any(math.isinf(v) for v in cap.block_rms):
-                    out["fwd_ratio"] = math.inf
-                elif cap.block_rms and cap.first_in > 0:
-                    out["fwd_ratio"] = cap.block_rms[-1] / cap.first_in
-                else:
-                    out["fwd_ratio"] = math.nan
                 loss_value = float(loss.detach())
+                before = cap.outputs[0].float() if len(cap.outputs) == 1 else None
+                if before is None:  # the task's loss did not call the model exactly once
+                    with torch.no_grad():
+                        before = self.task.forward(model, self.batch).detach().float()
+                self._forward_metrics(out, cap, transformer, before)
                 out["probe_loss"] = loss_value
                 self._flag("probe loss", loss_value)
-                before = cap.outputs[0].float() if len(cap.outputs) == 1 else None
 
-                # one backward: gradients (with their graph if the Hessian is due on this batch)
-                sub = self.hessian_sub_batch
-                if not params:
-                    grads: list = []
-                elif do_hessian and sub is None and math.isfinite(loss_value):
-                    grads = list(torch.autograd.grad(loss, params, create_graph=True, allow_unused=True))
-                else:
-                    grads = list(torch.autograd.grad(loss, params, allow_unused=True))
-                self._grad_metrics(out, params, grads, branch)
+                # one backward: parameter gradients and the hidden stream's gradients (with their graph
+                # when the Hessian is due on this very batch: every Hessian-vector product reuses it)
+                keep_graph = bool(params) and do_hessian and self.hessian_sub_batch is None and math.isfinite(loss_value)
+                grads = list(torch.autograd.grad(loss, params, create_graph=keep_graph, allow_unused=True)) if params else []
+                del loss
+                detached = [None if g is None else g.detach() for g in grads]
+                self._grad_metrics(out, params, detached, branch)
+                self._stream_grad_metrics(out, cap.grad_values())
+
+                # the gradient of the update batch (a training batch): the step, and Adam's first preconditioner
+                step_grads = None
+                if optimizer is not None and params:
+                    step_grads = self._update_batch_grads(params) if self.update_batch is not None else detached
 
                 if do_hessian:
-                    t0 = time.perf_counter()
-                    if not math.isfinite(loss_value):
-                        lam, iters, converged = math.inf, 0, False
-                    elif sub is None or not params:
-                        lam, iters, converged = self._power_iteration(params, grads)
-                    else:  # the Hessian of the loss on the first hessian_batch examples
-                        sub_grads = self._graph_grads(params, sub)
-                        lam, iters, converged = (math.inf, 0, False) if sub_grads is None else self._power_iteration(params, sub_grads)
-                        del sub_grads  # free the graph before the update step
-                    out["sharpness"] = lam
-                    self._flag("sharpness", lam)
-                    out["sharpness_iters"] = float(iters)
-                    out["sharpness_converged"] = float(converged)
-                    self.last_sharpness_info = {"iters": iters, "converged": converged, "seconds": time.perf_counter() - t0}
-                grads = [None if g is None else g.detach() for g in grads]
-                del loss
+                    self._hessian_metrics(out, params, grads if keep_graph else None, optimizer, step_grads, loss_value)
+                grads = None
 
                 if optimizer is not None:
-                    if before is None:  # the task's loss did not call the model exactly once
-                        with torch.no_grad():
-                            before = self.task.forward(model, self.batch).detach().float()
-                    self._update_metrics(out, optimizer, params, grads, branch, before)
+                    self._update_metrics(out, optimizer, params, step_grads or [], branch, before, loss_value)
         finally:
             cap.remove()
         self.n_snapshots += 1
         return out
+
+    def _forward_metrics(self, out: dict, cap: _Capture, transformer: bool, before: torch.Tensor) -> None:
+        for i, v in enumerate(cap.block_rms):  # nan: the block did not run; inf: it overflowed
+            out[f"fwd_norm.{i}"] = v
+            if math.isinf(v):
+                self._flag(f"forward output of blocks.{i}", v)
+        out["fwd_ratio"] = _ratio(cap.block_rms[-1], cap.in_rms[0]) if cap.n else math.nan
+        if any(math.isinf(v) for v in cap.block_rms):
+            out["fwd_ratio"] = math.inf
+        if transformer:
+            ne = 2 * self.model.n_enc
+            enc, dec = cap.block_rms[:ne], cap.block_rms[ne:]
+            out["enc_fwd_ratio"] = math.inf if any(map(math.isinf, enc)) else (_ratio(enc[-1], cap.in_rms[0]) if enc else math.nan)
+            out["dec_fwd_ratio"] = math.inf if any(map(math.isinf, dec)) else (_ratio(dec[-1], cap.in_rms[ne]) if dec else math.nan)
+            pair = [v for v in (out["enc_fwd_ratio"], out["dec_fwd_ratio"]) if not math.isnan(v)]
+            out["fwd_ratio"] = max(pair) if pair else math.nan
+            out["attn_logit_max"] = cap.logit_max
+            self._flag("attention logit", cap.logit_max)
+            out["output_logit_rms"] = float(_rms_t(before))
+            self._flag("model output", out["output_logit_rms"])
+        ratios = [_ratio(b, x) for b, x in zip(cap.branch_rms, cap.in_rms) if not math.isnan(b)]
+        ratios = [r for r in ratios if not math.isnan(r)]
+        out["branch_ratio"] = math.fsum(ratios) / len(ratios) if ratios else math.nan
+
+    def _stream_grad_metrics(self, out: dict, gs: list[float]) -> None:
+        for i, v in enumerate(gs):
+            out[f"grad_stream.{i}"] = v
+        vals = [v for v in gs if not math.isnan(v)]
+        if len(vals) < 2:
+            out["grad_ratio"] = math.nan
+        elif not all(map(math.isfinite, vals)):
+            out["grad_ratio"] = math.inf
+        else:
+            out["grad_ratio"] = _ratio(max(vals), min(vals))
 
     def _grad_metrics(self, out: dict, params: list, grads: list, branch: list) -> None:
         pos = {p: i for i, p in enumerate(params)}
@@ -372,20 +470,24 @@ class Prober:
             if not math.isfinite(v):
                 self._flag(f"gradient norm of {names.get(p, '?')}", v)
                 break
+        out["grad_norm"] = _l2(gnorms)
         vals = []
         for n, p in branch:
             i = pos.get(p)
             v = 0.0 if i is None or grads[i] is None else gnorms[i]
             out[f"grad_norm.{n}"] = v
             vals.append(v)
-        if vals:
-            lo = min(vals)
-            out["grad_ratio"] = (max(vals) / lo if lo > 0 else math.inf) if all(map(math.isfinite, vals)) else math.inf
-        else:
-            out["grad_ratio"] = math.nan
+        out["branch_grad_norm"] = _l2(vals) if vals else math.nan
 
-    def _update_metrics(self, out: dict, optimizer, params: list, grads: list, branch: list, before: torch.Tensor) -> None:
-        """One optimizer step with the probe gradients, measured, then undone exactly."""
+    def _update_batch_grads(self, params: list) -> list | None:
+        """Gradients of the training loss on the update batch (probe mode, BatchNorm statistics restored)."""
+        with torch.enable_grad():
+            loss = self.task.loss(self.model, self.update_batch)
+        return [None if g is None else g.detach() for g in torch.autograd.grad(loss, params, allow_unused=True)]
+
+    def _update_metrics(self, out: dict, optimizer, params: list, grads: list, branch: list,
+                        before: torch.Tensor, loss_before: float) -> None:
+        """One optimizer step with the update batch's gradients, measured on the probe batch, then undone exactly."""
         model = self.model
         opt_params = [p for g in optimizer.param_groups for p in g["params"]]
         saved_params = [p.detach().clone() for p in opt_params]
@@ -400,8 +502,15 @@ class Prober:
             for p in opt_params:
                 p.grad = gmap.get(p)
             optimizer.step()
+            outs: list[torch.Tensor] = []
+            hook = model.register_forward_hook(lambda m, i, o: outs.append(o.detach()) if torch.is_tensor(o) else None)
+            try:
+                with torch.no_grad():
+                    loss_after = float(self.task.loss(model, self.batch))
+            finally:
+                hook.remove()
             with torch.no_grad():
-                after = self.task.forward(model, self.batch).detach().float()
+                after = outs[0].float() if len(outs) == 1 else self.task.forward(model, self.batch).detach().float()
                 idx = {p: i for i, p in enumerate(opt_params)}
                 bw = [(n, p) for n, p in branch if p in idx]
                 old = [saved_params[idx[p]] for _, p in bw]
@@ -411,14 +520,17 @@ class Prober:
                     out[f"dw_ratio.{n}"] = dw / w if w > 0 else (0.0 if dw == 0 else math.inf)
             if not torch.isfinite(before).all():
                 self._flag("model output", math.inf)
-                out["update_ratio"] = math.inf
+                out["update_ratio"] = out["update_norm"] = out["loss_drop"] = math.inf
             elif not torch.isfinite(after).all():
                 self._flag("model output after one update step", math.inf)
-                out["update_ratio"] = math.inf
+                out["update_ratio"] = out["update_norm"] = out["loss_drop"] = math.inf
             else:
                 before, after = before.double(), after.double()  # no overflow in the norms of finite outputs
-                denom = float(before.norm())
-                out["update_ratio"] = float((after - before).norm()) / denom if denom > 0 else math.nan
+                n = math.sqrt(max(before.numel(), 1))
+                num = float((after - before).norm()) / n
+                out["update_norm"] = num
+                out["update_ratio"] = _ratio(num, float(before.norm()) / n)
+                out["loss_drop"] = loss_before - loss_after if math.isfinite(loss_after) else math.inf
         finally:
             with torch.no_grad():
                 torch._foreach_copy_(opt_params, saved_params)
@@ -431,6 +543,33 @@ class Prober:
                     del state[p]
 
     # -------------------------------------------------------------- Hessian
+    def _hessian_metrics(self, out: dict, params: list, grads: list, optimizer, step_grads, loss_value: float) -> None:
+        t0 = time.perf_counter()
+        scale = preconditioner(optimizer, params, step_grads) if optimizer is not None else None
+        if not math.isfinite(loss_value):
+            lam, iters, converged = math.inf, 0, False
+        elif not params:
+            lam, iters, converged = 0.0, 0, True
+        else:
+            sub = self.hessian_sub_batch
+            graph = grads if grads is not None else self._graph_grads(params, self.batch if sub is None else sub)
+            if graph is None:
+                lam, iters, converged = math.inf, 0, False
+            else:
+                lam, iters, converged = self._top_eigenvalue(params, graph, scale)
+            del graph
+        out["sharpness"] = lam
+        self._flag("sharpness", lam)
+        out["sharpness_iters"] = float(iters)
+        out["sharpness_converged"] = float(converged)
+        if optimizer is not None:
+            lr = optimizer.param_groups[0]["lr"]
+            out["lr_sharpness"] = lr * lam
+            factor = eos_factor(optimizer)
+            out["eos_ratio"] = lam * factor if factor is not None else math.nan
+        self.last_sharpness_info = {"iters": iters, "converged": converged, "seconds": time.perf_counter() - t0,
+                                    "preconditioned": scale is not None}
+
     def _graph_grads(self, params: list, batch) -> list | None:
         """Gradients of the loss on `batch` with their graph (create_graph=True);
         None if that loss is not finite."""
@@ -440,38 +579,73 @@ class Prober:
             return None
         return list(torch.autograd.grad(loss, params, create_graph=True, allow_unused=True))
 
-    def _power_iteration(self, params: list, grads: list) -> tuple[float, int, bool]:
-        """Signed largest-magnitude eigenvalue of the Hessian by power iteration.
+    def _top_eigenvalue(self, params: list, grads: list, scale: list | None) -> tuple[float, int, bool]:
+        """The largest algebraic eigenvalue of A = H (or S H S, S = P^-1/2, for Adam) by Lanczos.
 
-        `grads` were built with create_graph=True; each product reuses that graph.
+        Each step is one Hessian-vector product reusing the gradients' graph;
+        the Krylov basis is fully reorthogonalized (it holds at most
+        `hessian_iters` vectors the size of the parameters). The top Ritz value
+        rises monotonically to lambda_max (the largest algebraic eigenvalue,
+        whatever the sign of the others); it stops when two successive top Ritz
+        values agree to `hessian_tol` (relative) or after `hessian_iters`
+        products. Returns (eigenvalue, products, converged); keeps the top Ritz
+        vector as the next estimate's warm start.
         """
-        pairs = [(p, g) for p, g in zip(params, grads) if g is not None and g.requires_grad]
+        pairs = [(p, g, s) for p, g, s in zip(params, grads, scale if scale is not None else [None] * len(params))
+                 if g is not None and g.requires_grad]
         if not pairs:
             return 0.0, 0, True
-        ps = [p for p, _ in pairs]
-        gs = [g for _, g in pairs]
+        ps = [p for p, _, _ in pairs]
+        gs = [g for _, g, _ in pairs]
+        ss = None if scale is None else [s for _, _, s in pairs]
+
+        def apply(v):
+            u = v if ss is None else torch._foreach_mul(v, ss)
+            hv = torch.autograd.grad(gs, ps, grad_outputs=u, retain_graph=True, allow_unused=True)
+            hv = [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(ps, hv)]
+            return hv if ss is None else torch._foreach_mul(hv, ss)
+
         v = self._start_vector(ps, [g.detach() for g in gs])
-        lam_prev = None
-        lam = math.nan
+        basis, alphas, betas = [v], [], []
+        theta_prev, theta, y = None, math.nan, None
         converged = False
         it = 0
         for it in range(1, self.hessian_iters + 1):
-            hv = torch.autograd.grad(gs, ps, grad_outputs=v, retain_graph=it < self.hessian_iters, allow_unused=True)
-            hv = [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(ps, hv)]
-            # Rayleigh quotient (||v|| = 1) and ||Hv||, in one host transfer
-            lam, norm = torch.stack([_dot(v, hv).float(), torch.stack(torch._foreach_norm(hv)).norm().float()]).tolist()
-            if not (math.isfinite(lam) and math.isfinite(norm)):
+            w = apply(basis[-1])
+            a = float(_dot(basis[-1], w))
+            if not math.isfinite(a):
                 return math.inf, it, False
-            if norm == 0:
-                lam, converged = 0.0, True
-                break
-            v = torch._foreach_div(hv, norm)
-            if lam_prev is not None and abs(lam - lam_prev) <= self.hessian_tol * abs(lam):
+            alphas.append(a)
+            # w - a v_j - b_(j-1) v_(j-1), then full reorthogonalization against the basis
+            w = torch._foreach_add(w, basis[-1], alpha=-a)
+            if betas:
+                w = torch._foreach_add(w, basis[-2], alpha=-betas[-1])
+            for q in basis:
+                w = torch._foreach_add(w, q, alpha=-float(_dot(q, w)))
+            b = float(torch.stack(torch._foreach_norm(w)).norm()) if w else 0.0
+            T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
+            if len(alphas) > 1:
+                off = torch.tensor(betas, dtype=torch.float64)
+                T += torch.diag(off, 1) + torch.diag(off, -1)
+            evals, evecs = torch.linalg.eigh(T)
+            theta, y = float(evals[-1]), evecs[:, -1]
+            if not math.isfinite(b):
+                return math.inf, it, False
+            if b <= 1e-12 * max(abs(theta), 1e-30):  # an invariant subspace: exact
                 converged = True
                 break
-            lam_prev = lam
-        self.eigvec = [t.detach() for t in v]
-        return lam, it, converged
+            if theta_prev is not None and abs(theta - theta_prev) <= self.hessian_tol * abs(theta):
+                converged = True
+                break
+            theta_prev = theta
+            betas.append(b)
+            basis.append(torch._foreach_div(w, b))
+        k = len(alphas)
+        x = [torch.zeros_like(t) for t in basis[0]]
+        for c, q in zip(y.tolist(), basis[:k]):
+            x = torch._foreach_add(x, q, alpha=c)
+        self.eigvec = [t.detach() for t in _unit(x)]
+        return theta, it, converged
 
     def _start_vector(self, ps: list[torch.Tensor], gs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Warm start: the previous eigenvector. Cold start: the gradient direction
@@ -489,6 +663,66 @@ class Prober:
         if not all(math.isfinite(float(t.norm())) for t in g):
             return r
         return _unit(torch._foreach_add(g, r))
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b; nan (undefined) when b is 0 or either is undefined; inf when either overflowed."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if math.isinf(a) or math.isinf(b):
+        return math.inf
+    return a / b if b > 0 else math.nan
+
+
+def _l2(vals: list[float]) -> float:
+    return math.sqrt(math.fsum(v * v for v in vals)) if all(map(math.isfinite, vals)) else math.inf
+
+
+def _adam_like(optimizer) -> bool:
+    return isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
+
+
+def eos_factor(optimizer) -> float | None:
+    """eos_ratio = sharpness x this factor: 1 / the edge-of-stability threshold of `optimizer`
+    (its first parameter group's lr and momentum; Cohen et al. 2021, 2022).
+
+    SGD: threshold 2 (1 + beta) / lr with heavy-ball momentum beta (2 / lr without),
+    2 (1 + beta) / (lr (1 + 2 beta)) with Nesterov momentum; Adam/AdamW: (2 + 2 beta1) /
+    (lr (1 - beta1)) on the preconditioned sharpness. None for another optimizer."""
+    g = optimizer.param_groups[0]
+    lr = float(g["lr"])
+    if isinstance(optimizer, torch.optim.SGD):
+        b = float(g.get("momentum", 0.0) or 0.0)
+        if g.get("nesterov"):
+            return lr * (1 + 2 * b) / (2 * (1 + b))
+        return lr / (2 * (1 + b))
+    if _adam_like(optimizer):
+        b1 = float(g["betas"][0])
+        return lr * (1 - b1) / (2 + 2 * b1)
+    return None
+
+
+def preconditioner(optimizer, params: list, step_grads: list | None) -> list | None:
+    """S = P^-1/2 per parameter for Adam/AdamW (P = sqrt(v_hat) + eps, Adam's current
+    preconditioner), None for SGD. Before Adam's first step (no state yet) v_hat is the
+    update batch's squared gradient, which is what Adam's first step would use."""
+    if not _adam_like(optimizer):
+        return None
+    eps_of = {p: g["eps"] for g in optimizer.param_groups for p in g["params"]}
+    beta2_of = {p: g["betas"][1] for g in optimizer.param_groups for p in g["params"]}
+    sg = dict(zip(params, step_grads or [None] * len(params)))
+    out = []
+    for p in params:
+        st = optimizer.state.get(p, {})
+        v = st.get("max_exp_avg_sq", st.get("exp_avg_sq"))
+        if v is not None:
+            t = float(st.get("step", 1))
+            vhat = v / (1 - beta2_of.get(p, 0.999) ** max(t, 1))
+        else:
+            g = sg.get(p)
+            vhat = torch.zeros_like(p) if g is None else g.detach() ** 2
+        out.append((vhat.sqrt() + eps_of.get(p, 1e-8)).rsqrt())
+    return out
 
 
 def _unit(v: list[torch.Tensor]) -> list[torch.Tensor]:

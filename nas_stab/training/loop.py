@@ -9,19 +9,50 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import torch
 
+from nas_stab import metrics as metric_names
 from nas_stab.models import build_model
-from nas_stab.stability import DivergenceRule, Prober, explain_nonfinite
+from nas_stab.stability import DivergenceRule, Prober, diverged_why, explain_nonfinite, reference_loss
 from nas_stab.tasks import load_task
 from nas_stab.training.malloc import keep_freed_memory
 from nas_stab.training.optim import build_optimizer, lr_factor, set_lr, total_steps
 
-STABILITY_KEYS = ("fwd_ratio", "grad_ratio", "update_ratio", "sharpness", "lr_sharpness")
+STABILITY_KEYS = metric_names.STABILITY_METRICS
+SPIKE_WINDOW, SPIKE_SIGMAS = 128, 6.0
+
+
+class SpikeCounter:
+    """Training steps whose loss exceeds the mean + 6 standard deviations of the previous 128 steps'
+    losses (counted once the window is full); `first` is the step of the first one."""
+
+    def __init__(self):
+        self.window: deque = deque(maxlen=SPIKE_WINDOW)
+        self.count = 0
+        self.first: int | None = None
+
+    def add(self, loss: float, step: int) -> None:
+        if not math.isfinite(loss):
+            return
+        w = self.window
+        if len(w) == SPIKE_WINDOW and loss > statistics.fmean(w) + SPIKE_SIGMAS * statistics.pstdev(w):
+            self.count += 1
+            if self.first is None:
+                self.first = step
+        w.append(loss)
+
+    def state_dict(self) -> dict:
+        return {"window": list(self.window), "count": self.count, "first": self.first}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.window = deque(d["window"], maxlen=SPIKE_WINDOW)
+        self.count, self.first = d["count"], d["first"]
 
 
 class Pruned(Exception):
@@ -78,7 +109,8 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     eval_every = t.eval_every or max(1, total // 10)
     log_every = max(1, total // 1000)
     prober = Prober(model, task, spec)
-    rule = DivergenceRule(st.divergence.loss_factor)
+    rule = DivergenceRule(st.divergence.loss_factor, reference_loss(task))
+    spikes = SpikeCounter()
     gen = torch.Generator().manual_seed(seed)
 
     result = RunResult(status="complete")
@@ -95,11 +127,15 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         rule.load_state_dict(state["rule"])
         if "prober" in state:  # the power iteration's warm start: the next sharpness as if never interrupted
             prober.load_state_dict(state["prober"])
+        if "spikes" in state:
+            spikes.load_state_dict(state["spikes"])
         history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
     else:
         set_lr(optimizer, t.lr, lr_factor(t, 0, total))
         snap = _snapshot(prober, optimizer, spec, 0, rule)
         metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
+        if "probe_loss" in snap:
+            metrics["init_loss"] = snap["probe_loss"]
         max_update = _max(max_update, snap.get("update_ratio"))
         history[0] = {"step": 0, "lr": optimizer.param_groups[0]["lr"], **snap}
 
@@ -115,6 +151,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             loss_value = loss.detach().item()
             if rule.check(loss_value, step, explain=lambda: explain_nonfinite(model, task, batch)):
                 break
+            spikes.add(loss_value, step)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip:
@@ -129,7 +166,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             if st.every and step % st.every == 0 and step != total:
                 snap = _snapshot(prober, optimizer, spec, step, rule)
                 max_update = _max(max_update, snap.get("update_ratio"))
-                history.setdefault(step, {"step": step}).update(snap)
+                history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
             if step % eval_every == 0 and step != total:
                 ev = task.evaluate(model, "val")
                 if any(not math.isfinite(v) for v in ev.values()):
@@ -145,7 +182,8 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
                 checkpoint.save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "gen": gen.get_state(),
                      "torch_rng": torch.get_rng_state(), "rule": rule.state_dict(), "history": history,
-                     "metrics": metrics, "max_update": max_update, "step": step, "prober": prober.state_dict()}
+                     "metrics": metrics, "max_update": max_update, "step": step, "prober": prober.state_dict(),
+                     "spikes": spikes.state_dict()}
                 )
         else:
             step = total
@@ -165,10 +203,15 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
         metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
         max_update = _max(max_update, snap.get("update_ratio"))
-        history.setdefault(step, {"step": step}).update(snap)
+        history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
         if rule.reason is not None and result.status == "complete":
             result.status, result.diverged_step, result.error = "diverged", rule.step, rule.reason
     metrics["max_update_ratio"] = max_update
+    metrics["loss_spikes"] = spikes.count
+    if result.status == "diverged":
+        ordered = [history[k] for k in sorted(history)]
+        metrics["diverged_why"] = diverged_why(ordered, result.error, spikes.first, result.diverged_step,
+                                               metrics.get("init_loss"), rule.threshold)
     result.metrics = metrics
     result.history = [history[k] for k in sorted(history)]
     result.steps = step
@@ -177,19 +220,19 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
 
 
 def _snapshot(prober: Prober, optimizer, spec, step: int, rule: DivergenceRule, final: bool = False) -> dict[str, float]:
-    """Stability metrics now; a non-finite value marks the run diverged (it is data)."""
+    """Stability metrics now; a non-finite value marks the run diverged (it is data).
+
+    Probes return inf when a tensor overflowed (divergence) and nan when a metric is undefined
+    (a 0 denominator: not divergence); neither is recorded: the value is left out, so it is an
+    empty cell in trials.csv and the history."""
     snap = prober.snapshot(optimizer, step, final=final)
     if prober.nonfinite is not None:  # the first non-finite quantity, e.g. a block's output or a layer's gradient
         rule.check_finite(prober.nonfinite[1], step, prober.nonfinite[0])
-    lr = optimizer.param_groups[0]["lr"]
-    if "sharpness" in snap:
-        snap["lr_sharpness"] = lr * snap["sharpness"]
-    for k in ("fwd_ratio", "update_ratio", "sharpness"):
-        # probes return inf when a tensor overflowed; nan means undefined (0/0), not divergence
+    for k in ("fwd_ratio", "update_ratio", "update_norm", "sharpness"):
         v = snap.get(k)
         if v is not None and math.isinf(v):
             rule.check_finite(v, step, k)
-    return snap
+    return {k: v for k, v in snap.items() if not isinstance(v, float) or math.isfinite(v)}
 
 
 def _max(a: float, b: Any) -> float:
