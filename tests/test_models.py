@@ -289,3 +289,25 @@ def test_preact_resnext_shortcut_is_a_plain_conv_of_the_preactivated_input():
     a = F.relu(_bn(x, blk.branch.norms[0]))
     torch.testing.assert_close(blk(x), blk.shortcut(a) + blk.branch(a, preactivated=True), rtol=1e-5, atol=1e-5)
     assert len(blk.branch.norms) == 3 and blk.branch.norms[0].num_features == 2  # one norm before each conv
+
+
+@pytest.mark.parametrize("train,decay", [("weight_decay: 0.01", 0.01), ("weight_decay: 0.01, scalar_weight_decay: 0", 0.0),
+                                         ("scalar_weight_decay: 0.02", 0.02), ("", 0.0)])
+def test_scalar_parameters_follow_weight_decay_unless_told(train, decay):
+    """Learnable tau and Fixup's scalars decay with train.weight_decay (Fixup's code does),
+    unless train.scalar_weight_decay says otherwise; always at scalar_lr_mult x lr."""
+    from nas_stab.training.optim import build_optimizer
+
+    s = loads_spec(f"name: t\ntask: {{dataset: {DATASET}}}\nmodel: {{{BASE['resnet']}, init: fixup, "
+                   f"tau: {{init: 0.5, learnable: true}}}}\ntrain: {{lr: 0.1, momentum: 0, {train}}}\n")
+    torch.manual_seed(0)
+    net = build_model(s, INFO)
+    opt = build_optimizer(net, s.train)
+    regular, scalars = opt.param_groups
+    assert all(p.ndim == 0 for p in scalars["params"]) and len(scalars["params"]) > 3
+    assert scalars["weight_decay"] == decay and regular["weight_decay"] == s.train.weight_decay
+    # one SGD step with a zero loss gradient: only the decay moves the scalars
+    (0 * net(torch.randn(2, 3, 8, 8)).sum()).backward()
+    before = net.tau.value.item()
+    opt.step()
+    assert net.tau.value.item() == pytest.approx(before * (1 - 0.1 * 0.1 * decay), rel=1e-6)
