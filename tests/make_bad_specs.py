@@ -141,6 +141,15 @@ def main() -> None:
         ("hessian-every-not-multiple", "stability.hessian_every", {"stability": "  every: 50\n  hessian_every: 75\n"}),
         ("hessian-every-without-snapshots", "stability.hessian_every", {"stability": "  every: 0\n  hessian_every: 100\n"}),
         ("space-invalid-combination", "space.model.depth", {"space": "  model.depth: [2, 0]\n"}),
+        ("stam-forward-init-with-stam-aggregation", "model.init",
+         {"model": "  arch: mlp_resnet\n  branch_depth: 2\n  branches: 4\n  aggregation: stam\n  init: stam_forward\n"}),
+        ("stam-update-init-with-avg-aggregation", "model.init",
+         {"model": "  arch: resnet\n  depth: 8\n  branches: 4\n  aggregation: avg\n  init: stam_update\n"}),
+        ("preact-block-on-mlp-resnet", "model.block", {"model": "  arch: mlp_resnet\n  block: preact\n"}),
+        ("preact-block-with-path-bn", "model.block", {"model": "  arch: resnet\n  depth: 8\n  norm: path_bn\n  block: preact\n"}),
+        ("xavier-branch-on-resnet", "model.init", {"model": "  arch: resnet\n  depth: 8\n  init: xavier_branch\n"}),
+        ("normalize-unit-on-translation", "task.dataset.normalize",
+         {"task": "  kind: translation\n  dataset: {name: synthetic, normalize: unit}\n"}),
     ]
     for name, expect, secs in conflicts:
         add(f"rule-{name}", expect, base(**secs))

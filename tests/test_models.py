@@ -46,6 +46,16 @@ RESIDUAL_KNOBS = [
     "branches: 2, norm: bn, skip: rskip_ln, skip_lambda: 2, tau: {init: 0.5, learnable: true}",
 ]
 CNN_KNOBS = ["norm: ln, ln_mode: channel", "skip: xskip_ln, skip_lambda: 2, ln_mode: channel"]
+# He et al.'s pre-activation block composes with every skip, tau, branch count and init
+PREACT_KNOBS = [
+    "block: preact", "block: preact, norm: bn", "block: preact, norm: ln", "block: preact, norm: bn, skip: none",
+    "block: preact, norm: bn, skip: xskip, skip_lambda: 2", "block: preact, norm: bn, skip: xskip_ln, skip_lambda: 2",
+    "block: preact, norm: bn, skip: rskip_ln, skip_lambda: 3", "block: preact, norm: bn, skip: rskip_ln, skip_lambda: 2, skip_norm: bn",
+    "block: preact, norm: bn, skip: deepnorm", "block: preact, norm: bn, branches: 3, aggregation: stam",
+    "block: preact, norm: bn, tau: {init: 1/sqrt(L), learnable: true}", "block: preact, init: fixup",
+    "block: preact, norm: bn, init: zero_last", "block: preact, init: stam_forward, branches: 2",
+    "block: preact, scalar_bias: true, tau: 1/sqrt(L)",
+]
 
 
 def combos():
@@ -54,6 +64,8 @@ def combos():
         knobs = PLAIN_KNOBS if arch in ("mlp", "plainnet") else RESIDUAL_KNOBS
         if arch in ("plainnet", "resnet", "resnext"):
             knobs = knobs + CNN_KNOBS[: 1 if arch == "plainnet" else None]
+        if arch in ("resnet", "resnext"):
+            knobs = knobs + PREACT_KNOBS
         out += [(arch, k) for k in knobs]
     return out
 
@@ -167,6 +179,13 @@ def refuse(arch_text: str, dataset: str = DATASET) -> SpecError:
     ("arch: resnet, depth: 8, skip: rskip_ln, skip_lambda: 1.5", "model.skip_lambda", "integer"),
     ("arch: resnet, depth: 8, branch_depth: 2", "model.branch_depth", "mlp_resnet"),
     ("arch: resnet, depth: 8, d_model: 256", "model.d_model", "transformer"),
+    ("arch: mlp_resnet, block: preact", "model.block", "resnet and resnext"),
+    ("arch: plainnet, block: preact", "model.block", "resnet and resnext"),
+    ("arch: resnet, depth: 8, block: preact, norm: path_bn", "model.block", "norm first"),
+    ("arch: resnet, depth: 8, block: preact, parametrization: path", "model.block", "norm first"),
+    ("arch: resnet, depth: 8, init: xavier_branch", "model.init", "transformer only"),
+    ("arch: mlp_resnet, branch_depth: 2, branches: 4, aggregation: stam, init: stam_forward", "model.init", "SUM aggregation"),
+    ("arch: resnext, depth: 11, branches: 4, aggregation: avg, init: stam_update", "model.init", "SUM aggregation"),
 ])
 def test_unsupported_knobs_are_refused_with_a_reason(text, key, fragment):
     e = refuse(text)
@@ -188,7 +207,7 @@ def _choices(field: str):
 def test_every_knob_value_builds_or_is_refused_with_a_reason(arch):
     """SPEC 1.2: each knob value trains or is refused at validation with a reason."""
     built = 0
-    for field in ("skip", "norm", "parametrization", "init", "skip_norm", "ln_mode"):
+    for field in ("skip", "norm", "parametrization", "init", "skip_norm", "ln_mode", "block"):
         for value in _choices(field):
             extra = {"skip_norm": ", skip: xskip_ln", "init": ", branches: 2"}.get(field, "")
             if arch in ("mlp", "plainnet"):
@@ -203,3 +222,92 @@ def test_every_knob_value_builds_or_is_refused_with_a_reason(arch):
             assert torch.isfinite(net(torch.randn(2, 3, 8, 8))).all(), (field, value)
             built += 1
     assert built >= (8 if arch in ("mlp", "plainnet") else 18)
+
+
+# --------------------------------------------------------------- pre-activation block
+
+
+def _bn(t, norm):
+    return F.batch_norm(t, None, None, norm.weight, norm.bias, training=True)
+
+
+def _ln(t, norm):  # LN of a CNN: each sample over (C, H, W), per-channel affine
+    return F.group_norm(t, 1, norm.weight, norm.bias, norm.eps)
+
+
+@pytest.mark.parametrize("skip,lam", [("plain", 1), ("xskip", 2), ("xskip", 0.5), ("xskip_ln", 2), ("rskip_ln", 3),
+                                      ("deepnorm", 1), ("none", 1)])
+def test_preact_block_equations(skip, lam):
+    """He et al.'s pre-activation block on a tiny input, by hand:
+    a = relu(BN1(x)), f = tau * conv2(relu(BN2(conv1(a)))), out = Skip(x, f), NOTHING after
+    the addition; a reshaping block's shortcut reads a; the network ends with
+    relu(BN(h)) before the pooling, and its stem is the conv alone."""
+    knobs = f"block: preact, norm: bn, skip: {skip}, tau: 0.7"
+    if skip in ("xskip", "xskip_ln", "rskip_ln"):
+        knobs += f", skip_lambda: {lam}"
+    net, _ = make("resnet", knobs)
+    x = torch.randn(3, 4, 8, 8, generator=torch.Generator().manual_seed(5))
+    blk = net.blocks[0]
+    br = blk.branch
+    a = F.relu(_bn(x, br.norms[0]))
+    f = 0.7 * F.conv2d(F.relu(_bn(F.conv2d(a, br.layers[0].weight, padding=1), br.norms[1])), br.layers[1].weight, padding=1)
+    norms = blk.skip.norms
+    expect = {
+        "plain": lambda: x + f,
+        "none": lambda: f,
+        "xskip": lambda: lam * x + f,
+        "xskip_ln": lambda: _ln(lam * x + f, norms[0]),
+        "rskip_ln": lambda: _ln(x + _ln(x + _ln(x + f, norms[0]), norms[1]), norms[2]),
+        "deepnorm": lambda: _ln(3 ** 0.25 * x + f, norms[0]),  # depth 8: L = 3 blocks, alpha = L^(1/4)
+    }
+    out = blk(x)
+    torch.testing.assert_close(out, expect[skip](), rtol=1e-5, atol=1e-5)
+    if skip in ("plain", "xskip", "none"):
+        assert (out < 0).any(), "no ReLU after the addition"
+    # a reshaping block (first of stage 2): the option-A shortcut reads the pre-activated input
+    down = net.blocks[1]
+    h = torch.randn(3, 4, 8, 8, generator=torch.Generator().manual_seed(6))
+    a2 = F.relu(_bn(h, down.branch.norms[0]))
+    s = F.pad(a2[:, :, ::2, ::2], (0, 0, 0, 0, 0, 4))
+    f2 = 0.7 * down.branch(a2, preactivated=True)
+    if skip in ("plain", "xskip"):
+        torch.testing.assert_close(down(h), (lam if skip == "xskip" else 1) * s + f2, rtol=1e-5, atol=1e-5)
+    # the whole network: stem conv, blocks, relu(BN(h)), pool, linear
+    img = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(7))
+    h = F.conv2d(img, net.stem.weight, padding=1)
+    for b in net.blocks:
+        h = b(h)
+    logits = net.head(F.relu(_bn(h, net.final_norm)).mean((2, 3)))
+    torch.testing.assert_close(net(img), logits, rtol=1e-5, atol=1e-5)
+
+
+def test_preact_resnext_shortcut_is_a_plain_conv_of_the_preactivated_input():
+    net, _ = make("resnext", "block: preact, norm: bn, branches: 2")
+    blk = net.blocks[0]  # stem width 2 -> 8 channels: a projection
+    assert isinstance(blk.shortcut[1], torch.nn.Identity)
+    x = torch.randn(3, 2, 8, 8, generator=torch.Generator().manual_seed(1))
+    a = F.relu(_bn(x, blk.branch.norms[0]))
+    torch.testing.assert_close(blk(x), blk.shortcut(a) + blk.branch(a, preactivated=True), rtol=1e-5, atol=1e-5)
+    assert len(blk.branch.norms) == 3 and blk.branch.norms[0].num_features == 2  # one norm before each conv
+
+
+@pytest.mark.parametrize("train,decay", [("weight_decay: 0.01", 0.01), ("weight_decay: 0.01, scalar_weight_decay: 0", 0.0),
+                                         ("scalar_weight_decay: 0.02", 0.02), ("", 0.0)])
+def test_scalar_parameters_follow_weight_decay_unless_told(train, decay):
+    """Learnable tau and Fixup's scalars decay with train.weight_decay (Fixup's code does),
+    unless train.scalar_weight_decay says otherwise; always at scalar_lr_mult x lr."""
+    from nas_stab.training.optim import build_optimizer
+
+    s = loads_spec(f"name: t\ntask: {{dataset: {DATASET}}}\nmodel: {{{BASE['resnet']}, init: fixup, "
+                   f"tau: {{init: 0.5, learnable: true}}}}\ntrain: {{lr: 0.1, momentum: 0, {train}}}\n")
+    torch.manual_seed(0)
+    net = build_model(s, INFO)
+    opt = build_optimizer(net, s.train)
+    regular, scalars = opt.param_groups
+    assert all(p.ndim == 0 for p in scalars["params"]) and len(scalars["params"]) > 3
+    assert scalars["weight_decay"] == decay and regular["weight_decay"] == s.train.weight_decay
+    # one SGD step with a zero loss gradient: only the decay moves the scalars
+    (0 * net(torch.randn(2, 3, 8, 8)).sum()).backward()
+    before = net.tau.value.item()
+    opt.step()
+    assert net.tau.value.item() == pytest.approx(before * (1 - 0.1 * 0.1 * decay), rel=1e-6)

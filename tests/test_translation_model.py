@@ -125,12 +125,58 @@ def test_ffn_branches_are_independent_mini_ffns():
     torch.testing.assert_close(ffn(x), expect)
 
 
+def _fairseq_xavier_var(fan_in: int, fan_out: int, gain: float = 1.0) -> float:
+    """Variance of torch/fairseq xavier_uniform_: U(-a, a), a = gain sqrt(6 / (fan_in + fan_out))."""
+    return gain ** 2 * 2.0 / (fan_in + fan_out)
+
+
+@pytest.mark.parametrize("C", [1, 8])
+def test_stock_init_is_fairseq_xavier_on_the_whole_layer(C):
+    """The stock model (init kaiming) is fairseq's: xavier_uniform_ on each whole projection,
+    q/k/v with gain 1/sqrt(2) (fairseq's MultiheadAttention), out_proj, fc1, fc2 gain 1;
+    the fans are the full layer's (d and C * branch width), not one branch's."""
+    d, dh, f = 64, 16, 64
+    torch.manual_seed(0)
+    m = Transformer(model_cfg(branches=C, heads_per_branch=1, head_dim=dh, ffn_per_branch=f, d_model=d), V)
+    inner, hidden = C * dh, C * f
+    self_attn, ffn, cross = m.blocks[0].fn, m.blocks[1].fn, m.blocks[3].fn
+    q, k, v = self_attn.qkv_proj.weight.view(3, inner, d)
+    cq, (ck, cv) = cross.q_proj.weight, cross.kv_proj.weight.view(2, inner, d)
+    g = 2 ** -0.5
+    cases = [(w, d, inner, g) for w in (q, k, v, cq, ck, cv)] + [
+        (self_attn.out_proj.weight, inner, d, 1.0), (cross.out_proj.weight, inner, d, 1.0),
+        (ffn.fc1.weight, d, hidden, 1.0), (ffn.fc2.weight, hidden, d, 1.0)]
+    for w, fan_in, fan_out, gain in cases:
+        var = _fairseq_xavier_var(fan_in, fan_out, gain)
+        bound = math.sqrt(3 * var)
+        assert w.var().item() == pytest.approx(var, rel=0.1), (tuple(w.shape), w.var().item(), var)
+        assert w.abs().max().item() <= bound * (1 + 1e-6) and w.abs().max().item() > 0.95 * bound
+    for p in (self_attn.qkv_proj.bias, self_attn.out_proj.bias, ffn.fc1.bias, ffn.fc2.bias):
+        assert p.abs().sum() == 0
+
+
+def test_stock_init_scales_down_with_C_and_xavier_branch_does_not():
+    """STAM section 3.2: stock Xavier on the full layer "scales down by about 1/sqrt(C)" (fc2's
+    std at C = 8 is 3x smaller than at C = 1 here); init xavier_branch keeps one branch's fans."""
+    d, f = 64, 64
+    std = {}
+    for init in ("kaiming", "xavier_branch"):
+        for C in (1, 8):
+            torch.manual_seed(0)
+            m = Transformer(model_cfg(branches=C, heads_per_branch=1, head_dim=16, ffn_per_branch=f, d_model=d, init=init), V)
+            std[init, C] = m.blocks[1].fn.fc2.weight.std().item()
+    assert std["kaiming", 1] / std["kaiming", 8] == pytest.approx(math.sqrt((8 * f + d) / (f + d)), rel=0.05)
+    assert std["xavier_branch", 8] == pytest.approx(math.sqrt(2 / (f + d)), rel=0.05)
+    assert std["xavier_branch", 8] / std["kaiming", 8] == pytest.approx(math.sqrt(4.5), rel=0.05)
+
+
 def test_per_branch_init_fans():
-    """Each branch is initialized like the mini block, whatever C (so sum grows as sqrt(C))."""
+    """init xavier_branch: each branch is initialized like the mini block, whatever C (so sum grows as sqrt(C))."""
     torch.manual_seed(0)
     stds = []
     for C in (1, 16):
-        m = Transformer(model_cfg(branches=C, heads_per_branch=1, head_dim=8, ffn_per_branch=32, d_model=32), V)
+        m = Transformer(model_cfg(branches=C, heads_per_branch=1, head_dim=8, ffn_per_branch=32, d_model=32,
+                                  init="xavier_branch"), V)
         attn, ffn = m.blocks[0].fn, m.blocks[1].fn
         stds.append((attn.qkv_proj.weight.std().item(), attn.out_proj.weight.std().item(),
                      ffn.fc1.weight.std().item(), ffn.fc2.weight.std().item()))

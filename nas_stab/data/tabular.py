@@ -29,7 +29,8 @@ def _parts(cfg, x, y, source: str, test: tuple | None = None):
 def _make(cfg, name, x, y, classes, source, test=None, note=""):
     (xtr, ytr), (xva, yva), (xte, yte) = _parts(cfg, x, y, source, test)
     info = DataInfo(name, tuple(x.shape[1:]), classes)
-    return TensorData(info, xtr, ytr, xva, yva, xte, yte, note=note or f"{len(xtr)} train / {len(xva)} val / {len(xte)} test")
+    return TensorData(info, xtr, ytr, xva, yva, xte, yte, note=note or f"{len(xtr)} train / {len(xva)} val / {len(xte)} test",
+                      normalize=cfg.normalize)
 
 
 @DATASETS.register("digits", task="classification", doc="scikit-learn's bundled 8x8 digits (1,797 images)")

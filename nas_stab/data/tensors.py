@@ -13,9 +13,11 @@ from nas_stab.errors import DataError
 class TensorData:
     """Classification data as tensors on the training device.
 
-    `x_*` are float32 (already normalized) or uint8 images (normalized per
-    batch by `prepare`, with per-channel `mean`/`std`). `augment` turns on
-    random crop (pad 4) and horizontal flip, applied to whole batches.
+    `x_*` are float32 (already standardized) or uint8 images (standardized
+    per batch by `prepare`, with per-channel `mean`/`std`). `normalize: unit`
+    then scales each example to L2 norm 1 (in `prepare`, so every batch the
+    model sees -- training, evaluation, probes -- has ||x|| = 1). `augment`
+    turns on random crop (pad 4) and horizontal flip, applied to whole batches.
     """
 
     info: DataInfo
@@ -29,6 +31,7 @@ class TensorData:
     std: torch.Tensor | None = None
     augment: bool = False
     note: str = ""  # how the splits were made, for provenance
+    normalize: str = "standard"  # standard | unit (see `prepare`)
 
     def to(self, device) -> "TensorData":
         for k in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test", "mean", "std"):
@@ -38,11 +41,14 @@ class TensorData:
         return self
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
-        """uint8 images -> normalized float; float inputs pass through."""
+        """uint8 images -> standardized float; float inputs pass through;
+        then, with `normalize: unit`, each example divided by its L2 norm."""
         if x.dtype == torch.uint8:
             x = x.float().div_(255.0)
             if self.mean is not None:  # in place on the fresh float copy: no temporaries
                 x.sub_(self.mean.view(1, -1, 1, 1)).div_(self.std.view(1, -1, 1, 1))
+        if self.normalize == "unit":
+            return unit_norm(x)
         return x
 
     def augment_batch(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -60,6 +66,12 @@ class TensorData:
         out = xp.gather(3, idx_c)
         flip = (torch.rand(n, generator=gen, device="cpu") < 0.5).to(x.device)
         return torch.where(flip.view(n, 1, 1, 1), out.flip(3), out)
+
+
+def unit_norm(x: torch.Tensor) -> torch.Tensor:
+    """Each example (first axis) scaled to L2 norm 1 (an all-zero example stays zero)."""
+    n = x.flatten(1).norm(dim=1).clamp_min(1e-12)
+    return x / n.view(-1, *([1] * (x.ndim - 1)))
 
 
 def split(x: torch.Tensor, y: torch.Tensor, sizes: dict[str, int | None], seed: int, *, fractions: dict[str, float], source: str):

@@ -66,7 +66,8 @@ def image_data(cfg, name: str, train: tuple, test: tuple | None, classes: int, *
     mean, std = stats if stats is not None else channel_stats(x)
     info = DataInfo(name, tuple(x.shape[1:]), classes)
     note = f"{len(xtr)} train / {len(val[0])} val / {len(test[0])} test from {source}"
-    return TensorData(info, xtr, ytr, val[0], val[1], test[0], test[1], mean=mean, std=std, augment=cfg.augment, note=note)
+    return TensorData(info, xtr, ytr, val[0], val[1], test[0], test[1], mean=mean, std=std, augment=cfg.augment, note=note,
+                      normalize=cfg.normalize)
 
 
 def _subset(pair: tuple, n: int | None, seed: int, source: str) -> tuple:

@@ -14,6 +14,16 @@ paper's normalization-free ResNets) branch k is
 with 0-d parameters (a_1 is shared: all branches read the same input) and the
 Fixup multiplier s_k only under `init: fixup`.
 
+Pre-activation (`preact`, He et al. 2016b): each layer is preceded by its
+norm and ReLU instead of followed by them,
+
+    B_k(x) = W_b relu(Norm_b(... W_2 relu(Norm_2(W_1 relu(Norm_1(x))))))
+
+with Norm_1 over the shared input (one norm for all branches; see
+`preactivate`, which the residual block calls so that a reshaping shortcut
+reads the pre-activated input, as He et al.'s code does) and nothing after
+the last layer.
+
 Path space: see `layers`. With `norm: path_bn`, a layer that continues a
 chain computes `BN(off-diagonal part) + input` (Path-BN, equation 10), a head
 uses ordinary BN; with `bn`/`none` it computes `norm(off + input)`, ordinary
@@ -47,13 +57,16 @@ class MultiBranch(nn.Module):
             `base.branch_init_gain`).
         last_gain: Kaiming gain of the last layer (2 = He; 1 = STAM's N(0, 1/d)).
         L: residual blocks in the network (Fixup's L^(-1/(2b-2))).
+        preact: norm and ReLU before each layer, nothing after the last.
     """
 
     def __init__(self, cin: int, layers: list[tuple[int, int, int]], *, C: int, alpha: float, norm: str = "none",
                  path: bool = False, ln_mode: str = "chw", scalar_bias: bool = False, fixup_scale: bool = False,
-                 init: str = "kaiming", gain: float = 1.0, last_gain: float = 2.0, L: int = 1):
+                 init: str = "kaiming", gain: float = 1.0, last_gain: float = 2.0, L: int = 1, preact: bool = False):
         super().__init__()
-        self.C, self.b = C, len(layers)
+        if preact and path:
+            raise ValueError("path-space chains are conv -> norm -> relu; the pre-activation block is not")
+        self.C, self.b, self.preact = C, len(layers), preact
         self.conv = layers[0][0] > 0
         self.path_bn = norm == "path_bn"
         self.layers = nn.ModuleList()
@@ -66,8 +79,11 @@ class MultiBranch(nn.Module):
             if path and not cont:
                 head = layer
             self.layers.append(layer)
-            kind = "bn" if (norm == "path_bn" and not layer.ratio) else norm
-            self.norms.append(make_norm(kind, out, C=C, conv=self.conv, ln_mode=ln_mode))
+            if preact:  # the norm of this layer's input (the first one is shared by every branch)
+                self.norms.append(make_norm(norm, ch, C=1 if i == 0 else C, conv=self.conv, ln_mode=ln_mode))
+            else:
+                kind = "bn" if (norm == "path_bn" and not layer.ratio) else norm
+                self.norms.append(make_norm(kind, out, C=C, conv=self.conv, ln_mode=ln_mode))
             ch = out
         self.cout = ch
         self.register_buffer("alpha", torch.full((C,), float(alpha)), persistent=False)
@@ -92,7 +108,7 @@ class MultiBranch(nn.Module):
                 if layer.path:
                     layer.init_path_diagonal()
             if init == "zero_last":
-                g = norm_gain(self.norms[-1])
+                g = None if self.preact else norm_gain(self.norms[-1])
                 (g if g is not None else self.layers[-1].weight).zero_()
 
     def _per_branch(self, params: nn.ParameterList, start: int) -> torch.Tensor:
@@ -106,23 +122,32 @@ class MultiBranch(nn.Module):
         """Per-branch aggregation weights alpha_k (times Fixup's multiplier s_k)."""
         return self.alpha if self.scale is None else self.alpha * torch.stack(list(self.scale))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x
+    def preactivate(self, x: torch.Tensor) -> torch.Tensor:
+        """relu(Norm_1(x)): the pre-activation of the shared input (preact only)."""
+        return F.relu(self.norms[0](x))
+
+    def forward(self, x: torch.Tensor, *, preactivated: bool = False) -> torch.Tensor:
+        """The alpha-weighted branch sum. `preactivated`: x is already `preactivate(input)`."""
+        pre = self.preact
+        h = self.preactivate(x) if pre and not preactivated else x
         last = self.b - 1
         for i, (layer, norm) in enumerate(zip(self.layers, self.norms)):
+            if pre and i > 0:
+                h = F.relu(norm(h))
             if self.scalar_bias:
                 h = h + self.in_bias[0] if i == 0 else self._add_branch_scalar(h, self._per_branch(self.in_bias, 1 + (i - 1) * self.C))
-            if i == last and isinstance(norm, nn.Identity):
+            if i == last and (pre or isinstance(norm, nn.Identity)):
                 return self._fused_last(h)
             y = layer(h)
             if layer.ratio:  # the diagonal of a chain layer is the identity
                 y = norm(y) + h if self.path_bn else norm(y + h)
-            else:
+            elif not pre:
                 y = norm(y)
             if i < last:
                 if self.scalar_bias:
                     y = self._add_branch_scalar(y, self._per_branch(self.out_bias, i * self.C))
-                y = F.relu(y)
+                if not pre:
+                    y = F.relu(y)
             h = y
         n = h.shape[0]
         out = torch.matmul(self._weights(), h.view(n, self.C, -1))  # [n, ch*H*W]: each branch weighted, then summed
@@ -161,7 +186,7 @@ class MultiBranch(nn.Module):
         return out
 
     def extra_repr(self) -> str:
-        return f"C={self.C}, b={self.b}, alpha={float(self.alpha[0]):.4g}"
+        return f"C={self.C}, b={self.b}, alpha={float(self.alpha[0]):.4g}" + (", preact" if self.preact else "")
 
 
 def fixup_classifier_(linear: nn.Linear) -> None:

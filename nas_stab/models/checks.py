@@ -12,6 +12,7 @@ TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch",
                     "head_dropout", "norm_position")
 SCALED_SKIPS = ("xskip", "xskip_ln", "rskip_ln")
 NORMED_SKIPS = ("xskip_ln", "rskip_ln", "deepnorm")
+PREACT_ARCHS = ("resnet", "resnext")
 
 
 def _bad(key: str, reason: str):
@@ -24,6 +25,12 @@ def common(spec, *, conv: bool):
     for key in TRANSFORMER_KEYS:
         if getattr(m, key) != getattr(_DEFAULTS, key):
             return _bad(key, f"{key} applies to arch transformer only, not {m.arch}")
+    if m.block != "post" and m.arch not in PREACT_ARCHS:
+        return _bad("block", f"block: {m.block} (He et al.'s pre-activation block) applies to "
+                             f"{' and '.join(PREACT_ARCHS)}, not {m.arch}")
+    if m.init == "xavier_branch":
+        return _bad("init", "xavier_branch (Xavier with the fans of one mini block) applies to arch transformer only; "
+                            f"{m.arch}'s stock init is kaiming")
     if conv:
         d = spec.task.dataset
         if d.name == "synthetic" and len(d.shape) != 3:
@@ -87,6 +94,13 @@ def residual(spec, *, conv: bool, b: int):
         return _bad("init", f"Fixup initializes normalization-free networks; set norm: none (got {m.norm})")
     if m.scalar_bias and m.norm != "none":
         return _bad("scalar_bias", f"scalar biases are for normalization-free networks; norm {m.norm} has its own shift")
+    if m.init in ("stam_forward", "stam_update") and m.aggregation != "sum":
+        return _bad("init", f"init {m.init} is STAM's appendix A.4 scaled-down init for SUM aggregation (it replaces "
+                            f"alpha by scaling every branch layer); with aggregation {m.aggregation!r} both would "
+                            "scale the branches: use aggregation: sum")
+    if m.block == "preact" and (m.parametrization == "path" or m.norm == "path_bn"):
+        return _bad("block", "path-space chains (and Path-BN) are conv -> norm -> relu; the pre-activation block "
+                             "puts the norm first: use block: post")
     if m.init == "stam_update" and b < 2:
         return _bad("init", f"stam_update scales by (bC)^(-1/(2(b-1))) and needs branches of depth b >= 2; here b = {b}")
     if (m.parametrization == "path" or m.norm == "path_bn") and b < 2:

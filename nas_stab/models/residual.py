@@ -1,6 +1,12 @@
 """The residual block shared by mlp_resnet, resnet and resnext:
 
-    out = relu(Skip(shortcut(x), tau * sum_k alpha_k B_k(x)))
+    post   : out = relu(Skip(shortcut(x), tau * sum_k alpha_k B_k(x)))
+    preact : a = relu(Norm(x));  out = Skip(s, tau * sum_k alpha_k B_k(a))
+             with s = x, or shortcut(a) where the shape changes
+
+`preact` is He et al.'s pre-activation block ("Identity Mappings in Deep
+Residual Networks", 2016): nothing after the addition, and a reshaping
+shortcut reads the pre-activated input (their `both_preact` blocks).
 
 tau is the one `Tau` module shared by all blocks (the tau paper); the
 shortcut is never scaled (STAM's ResNeXt: alpha multiplies the branches
@@ -27,10 +33,20 @@ class ResidualBlock(nn.Module):
         object.__setattr__(self, "_tau", tau)  # shared: registered once, on the model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.branch.preact:
+            return self._preact(x)
         f = self._tau() * self.branch(x)
         if self.skip.kind == "none":
             return F.relu(self.skip(x, f))  # f itself (through the probes' taps)
         return F.relu(self.skip(self.shortcut(x), f))
+
+    def _preact(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.branch.preactivate(x)
+        f = self._tau() * self.branch(a, preactivated=True)
+        if self.skip.kind == "none":
+            return f
+        s = x if isinstance(self.shortcut, nn.Identity) else self.shortcut(a)
+        return self.skip(s, f)
 
 
 class PadShortcut(nn.Module):
@@ -53,7 +69,8 @@ class PadShortcut(nn.Module):
 
 
 class ProjectionShortcut(nn.Sequential):
-    """1x1 convolution (+ norm) where the shape changes (ResNeXt's shortcut)."""
+    """1x1 convolution (+ norm) where the shape changes (ResNeXt's shortcut; the
+    pre-activation block passes an Identity norm: its input is already normalized)."""
 
     def __init__(self, cin: int, cout: int, stride: int, norm: nn.Module):
         conv = nn.Conv2d(cin, cout, 1, stride=stride, bias=False)

@@ -9,7 +9,10 @@
          one groups=1 conv to C*out channels and one groups=C conv)
     head : global average pool, linear
 
-L = 3n residual blocks. He fan-out init per branch (the fan of one branch, as
+`block: preact` (He et al.'s pre-activation ResNet): the stem is the conv
+alone, each branch is Norm -> ReLU -> conv3x3 -> Norm -> ReLU -> conv3x3,
+nothing follows the addition, and a final Norm and ReLU precede the pooling
+(see `residual`). L = 3n residual blocks. He fan-out init per branch (the fan of one branch, as
 the STAM authors' sqrt(C) correction of grouped convs gives). The stem, the
 shortcut and the classifier stay in weight space under `parametrization:
 path` (PAPERS.md); the stem uses BN where the branches use path_bn. Fixup: the
@@ -43,7 +46,8 @@ class CifarResNet(StableModel):
         w, n = cfg.width, (cfg.depth - 2) // (3 * per_block)
         L = 3 * n
         self.tau = Tau(cfg.tau, L, learnable=cfg.tau_learnable)
-        stem_norm = "bn" if cfg.norm == "path_bn" else cfg.norm
+        self.preact = cfg.block == "preact"
+        stem_norm = "none" if self.preact else ("bn" if cfg.norm == "path_bn" else cfg.norm)
         self.stem = nn.Conv2d(in_shape[0], w, 3, padding=1, bias=False)
         he_fan_out_(self.stem.weight)
         self.stem_norm = make_norm(stem_norm, w, conv=True, ln_mode=cfg.ln_mode)
@@ -61,12 +65,14 @@ class CifarResNet(StableModel):
                 stride = 2 if s > 0 and i == 0 else 1
                 branch = MultiBranch(cin, branch_layers(cin, planes, stride), C=cfg.branches, alpha=alpha,
                                      norm=cfg.norm, path=path, ln_mode=cfg.ln_mode, scalar_bias=sb,
-                                     fixup_scale=cfg.init == "fixup", init=cfg.init, gain=gain, L=L)
+                                     fixup_scale=cfg.init == "fixup", init=cfg.init, gain=gain, L=L,
+                                     preact=self.preact)
                 skip = Skip(cfg.skip, cout, lam=cfg.skip_lambda, norm=cfg.skip_norm, conv=True, ln_mode=cfg.ln_mode, L=L)
                 reshape = stride != 1 or cin != cout
                 sc = shortcut(cin, cout, stride) if reshape and cfg.skip != "none" else None
                 self.blocks.append(ResidualBlock(branch, skip, self.tau, sc))
                 cin = cout
+        self.final_norm = make_norm(cfg.norm, cin, conv=True, ln_mode=cfg.ln_mode) if self.preact else None
         self.head = nn.Linear(cin, classes)
         nn.init.normal_(self.head.weight, 0.0, cin ** -0.5)
         nn.init.zeros_(self.head.bias)
@@ -78,9 +84,12 @@ class CifarResNet(StableModel):
         h = self.stem_norm(self.stem(x))
         if self.biases is not None:
             h = h + self.biases[0]
-        h = F.relu(h)
+        if not self.preact:
+            h = F.relu(h)
         for block in self.blocks:
             h = block(h)
+        if self.preact:
+            h = F.relu(self.final_norm(h))
         h = h.mean((2, 3))
         if self.biases is not None:
             h = h + self.biases[1]

@@ -8,7 +8,9 @@ channels IS a separate BN per branch), then the C chunks are weighted by
 alpha and summed (their `alpha_scale / sqrt(C)` is `aggregation: stam,
 alpha_scale: 0.3`; we weight each branch before summing, as their broken
 non-uniform option meant to), the shortcut (a 1x1 conv + norm where the shape
-changes, never scaled) is added and a ReLU applied. He fan-out init of the
+changes, never scaled) is added and a ReLU applied (`block: preact`: norm
+and ReLU before each conv, the shortcut a plain 1x1 conv of the
+pre-activated input, nothing after the addition; see `resnet`). He fan-out init of the
 fan of one branch (their sqrt(C) correction of the grouped convs).
 
 Widths: stem `width` channels; stage s has `planes = width * 2^s` per branch
@@ -35,7 +37,7 @@ def _check_resnext(spec):
                 doc="the STAM authors' CIFAR ResNeXt (depth 9n+2): grouped bottlenecks, alpha on the branch sum")
 def build_resnext(spec, info):
     cfg = spec.model
-    sc_norm = "bn" if cfg.norm == "path_bn" else cfg.norm
+    sc_norm = "none" if cfg.block == "preact" else ("bn" if cfg.norm == "path_bn" else cfg.norm)
 
     def shortcut(cin, cout, stride):
         return ProjectionShortcut(cin, cout, stride, make_norm(sc_norm, cout, conv=True, ln_mode=cfg.ln_mode))

@@ -27,14 +27,21 @@ for ``norm_position: pre`` else ``h = x``::
 With ``norm_position: pre`` and ``norm: ln`` the encoder and decoder stacks
 end with a final LN (as pre-LN Transformers do).
 
-Init (`init: kaiming`, the default): fairseq's Xavier-uniform on every
-projection, with the fans of one mini block (per branch), so each branch is
-initialized like the stock model's; biases zero; embeddings N(0, d^-1/2),
-scaled by sqrt(d), sinusoidal positions; one embedding matrix shared by the
-encoder, the decoder and the output projection (the vocabulary is joint).
-`init: deepnorm` (implied by `skip: deepnorm`) uses Xavier-normal with
-DeepNet's beta as the gain of the value, output and FFN projections (gain 1
-on queries and keys); `init: zero_last` zeroes ``out_proj`` and ``fc2``.
+Init (`init: kaiming`, the default, the stock model): fairseq's, Xavier-
+uniform on each WHOLE projection (the fans of the full layer, however many
+branches it holds): q, k and v with gain 1/sqrt(2) (fairseq's
+MultiheadAttention), ``out_proj``, ``fc1`` and ``fc2`` with gain 1; biases
+zero. So the per-weight variance falls as branches are added (by about 1/C
+for ``fc2``: the STAM paper's "stock Xavier ... scales down"). `init:
+xavier_branch` instead uses the fans of one mini block (``d`` and one
+branch's width) with gain 1 everywhere, so each branch is initialized like a
+C = 1 model whatever C. Embeddings N(0, d^-1/2), scaled by sqrt(d),
+sinusoidal positions; one embedding matrix shared by the encoder, the
+decoder and the output projection (the vocabulary is joint). `init:
+deepnorm` (implied by `skip: deepnorm`) uses Xavier-normal on the whole
+projections with DeepNet's beta as the gain of the value, output and FFN
+projections (gain 1 on queries and keys); `init: zero_last` is the stock
+init with ``out_proj`` and ``fc2`` zeroed.
 """
 from __future__ import annotations
 
@@ -50,7 +57,8 @@ from nas_stab.spec.schema import ModelConfig
 
 __all__ = ["Transformer", "check_transformer", "deepnorm_constants"]
 
-SUPPORTED_INIT = ("kaiming", "zero_last", "deepnorm")
+SUPPORTED_INIT = ("kaiming", "zero_last", "deepnorm", "xavier_branch")
+QKV_GAIN = 2 ** -0.5  # fairseq's MultiheadAttention: "the scaled initialization" of q, k, v
 VISION_KEYS = {
     "depth": "use enc_layers and dec_layers",
     "width": "use d_model and ffn_per_branch",
@@ -95,7 +103,10 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(inner, d)
         self.logits_tap = Tap()  # the probes' view of the attention logits: tap(q, k, mask, causal)
 
-    def reset_parameters(self, beta: float = 1.0, normal: bool = False, zero_out: bool = False) -> None:
+    def reset_parameters(self, beta: float = 1.0, normal: bool = False, zero_out: bool = False,
+                         per_branch: bool = False) -> None:
+        """Xavier on the whole projections (fairseq; DeepNet's gains with `normal`),
+        or with one branch's fans and gain 1 (`per_branch`: init xavier_branch)."""
         d, inner, bw = self.out_proj.out_features, self.H * self.dh, self.branch_width
         if self.cross:
             q, (k, v) = self.q_proj.weight, self.kv_proj.weight.view(2, inner, d)
@@ -103,9 +114,11 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.qkv_proj.weight.view(3, inner, d)
             biases = (self.qkv_proj.bias,)
-        for w, gain in ((q, 1.0), (k, 1.0), (v, beta)):
-            _xavier_(w, d, bw, gain, normal)
-        _xavier_(self.out_proj.weight, bw, d, beta, normal)
+        width = bw if per_branch else inner
+        qk = 1.0 if (normal or per_branch) else QKV_GAIN
+        for w, gain in ((q, qk), (k, qk), (v, beta if normal else qk)):
+            _xavier_(w, d, width, gain, normal)
+        _xavier_(self.out_proj.weight, width, d, beta, normal)
         with torch.no_grad():
             for b in biases + (self.out_proj.bias,):
                 b.zero_()
@@ -153,10 +166,12 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(d, branches * f)
         self.fc2 = nn.Linear(branches * f, d)
 
-    def reset_parameters(self, beta: float = 1.0, normal: bool = False, zero_out: bool = False) -> None:
+    def reset_parameters(self, beta: float = 1.0, normal: bool = False, zero_out: bool = False,
+                         per_branch: bool = False) -> None:
         d = self.fc1.in_features
-        _xavier_(self.fc1.weight, d, self.f, beta, normal)
-        _xavier_(self.fc2.weight, self.f, d, beta, normal)
+        width = self.f if per_branch else self.fc1.out_features
+        _xavier_(self.fc1.weight, d, width, beta, normal)
+        _xavier_(self.fc2.weight, width, d, beta, normal)
         with torch.no_grad():
             self.fc1.bias.zero_()
             self.fc2.bias.zero_()
@@ -278,7 +293,8 @@ class Transformer(StableModel):
             self.embed.weight.normal_(0.0, d**-0.5)
             self.embed.weight[pad].zero_()
         for b, beta in zip(self.blocks, betas):
-            b.fn.reset_parameters(beta=beta, normal=deep, zero_out=cfg.init == "zero_last")
+            b.fn.reset_parameters(beta=beta, normal=deep, zero_out=cfg.init == "zero_last",
+                                  per_branch=cfg.init == "xavier_branch")
 
     # ------------------------------------------------------------ pieces
 
@@ -349,6 +365,7 @@ def check_transformer(spec) -> tuple[tuple, str] | None:
         "skip_norm": (("ln",), "batch norm over padded token batches is not supported"),
         "parametrization": (("weight",), "the path-space parametrization needs ReLU chains, not attention"),
         "init": (SUPPORTED_INIT, "fixup/stam_* inits are defined for ReLU branches"),
+        "block": (("post",), "the pre-activation block is resnet's and resnext's; use norm_position"),
     }
     for key, (ok, why) in unsupported.items():
         v = getattr(m, key)

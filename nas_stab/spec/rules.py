@@ -50,6 +50,9 @@ def check_config(spec, ctx: Ctx) -> None:
             raise ctx.error(("stability", "hessian_every"),
                             f"must be a multiple of stability.every ({st.every}): sharpness estimates are taken at the "
                             f"stability snapshots; got {st.hessian_every}, try {near}")
+    if spec.task.kind != "classification" and spec.task.dataset.normalize != "standard":
+        raise ctx.error(("task", "dataset", "normalize"), f"normalize: {spec.task.dataset.normalize} scales classification "
+                        f"inputs; a {spec.task.kind} task reads tokens")
     dev = t.device
     if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
         raise ctx.error(("train", "device"), f"must be auto, cpu, cuda or cuda:N, got {dev!r}")

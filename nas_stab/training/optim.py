@@ -8,15 +8,18 @@ import torch
 
 def build_optimizer(model: torch.nn.Module, t) -> torch.optim.Optimizer:
     """sgd | adam | adamw. Scalar (0-d) parameters -- learnable tau, Fixup
-    biases -- train at `scalar_lr_mult` x lr without weight decay (the tau
-    paper's and Fixup's lr/10). Path-space models need nothing special: their
-    trainable parameters are the path values, so plain SGD is G-SGD."""
+    biases and multipliers -- train at `scalar_lr_mult` x lr (the tau paper's
+    and Fixup's lr/10) with `scalar_weight_decay`, by default the same weight
+    decay as every other parameter (Fixup's code decays them too). Path-space
+    models need nothing special: their trainable parameters are the path
+    values, so plain SGD is G-SGD."""
     params = [p for p in model.parameters() if p.requires_grad]
     regular = [p for p in params if p.ndim > 0]
     scalars = [p for p in params if p.ndim == 0]
     groups = [{"params": regular, "lr": t.lr, "weight_decay": t.weight_decay, "lr_mult": 1.0}]
     if scalars:
-        groups.append({"params": scalars, "lr": t.lr * t.scalar_lr_mult, "weight_decay": 0.0, "lr_mult": t.scalar_lr_mult})
+        wd = t.weight_decay if t.scalar_weight_decay is None else t.scalar_weight_decay
+        groups.append({"params": scalars, "lr": t.lr * t.scalar_lr_mult, "weight_decay": wd, "lr_mult": t.scalar_lr_mult})
     if t.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=t.nesterov and t.momentum > 0)
     cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
