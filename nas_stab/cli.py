@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
     ls.set_defaults(func=cmd_list)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of experiment files (for editors: completion and checks as you type)")
+    sc.add_argument("--format", choices=["json", "markdown"], default="json",
+                    help="json: the JSON Schema (default); markdown: the reference page docs/experiment-file.md")
+    sc.add_argument("--out", help="write it to this file instead of standard output")
+    sc.set_defaults(func=cmd_schema)
     return p
 
 
@@ -223,6 +229,23 @@ def cmd_list(args) -> int:
         vals = " | ".join(choices) if choices else f"default {f.default!r}"
         doc = f.metadata.get("doc", "")
         print(f"  {f.name:<18} {vals}{'  -- ' + doc if doc else ''}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    import json
+
+    from nas_stab.spec.json_schema import json_schema
+    from nas_stab.spec.reference import markdown_reference
+
+    text = json.dumps(json_schema(), indent=2) + "\n" if args.format == "json" else markdown_reference()
+    if args.out:
+        from nas_stab.results.rundir import atomic_write
+
+        atomic_write(Path(args.out), text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 

@@ -22,6 +22,7 @@ from nas_stab.errors import SpecError
 from nas_stab.space import Space, parse_space
 from nas_stab.spec import schema
 from nas_stab.spec.build import Ctx, build, did_you_mean, public_fields
+from nas_stab.spec.compose import compose
 from nas_stab.spec.yamlio import load_yaml, read_text
 
 __all__ = ["Spec", "load_spec", "loads_spec", "get_key", "check_key", "resolve", "spec_hash", "SEARCHABLE"]
@@ -37,8 +38,11 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
 
 def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (), *, run_file: bool = False) -> Spec:
     data, lines = load_yaml(text, file)
+    files: dict[tuple, str] = {}
     if run_file and isinstance(data, dict):
         data.pop("meta", None)  # provenance that the run directory's spec.yaml carries
+    else:
+        data, lines, files = compose(data, lines, file, read_text)
     if data is None:
         raise SpecError("empty file; an experiment needs at least name, task and model", file=file, line=1)
     if not isinstance(data, dict):
@@ -50,7 +54,7 @@ def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (),
         if path[0] == "space" and len(path) > 2:
             path = ("space", ".".join(path[1:]))
         override_paths[path] = text_
-    return from_data(data, Ctx(file, lines, override_paths))
+    return from_data(data, Ctx(file, lines, override_paths, files))
 
 
 def from_data(data: dict, ctx: Ctx) -> Spec:

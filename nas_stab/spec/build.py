@@ -21,17 +21,21 @@ from nas_stab.spec.yamlio import Lines, line_of
 class Ctx:
     """Where we are: the file, the line table and how to name a path."""
 
-    def __init__(self, file: str, lines: Lines, overrides: dict[tuple, str] | None = None):
+    def __init__(self, file: str, lines: Lines, overrides: dict[tuple, str] | None = None, files: dict[tuple, str] | None = None):
         self.file = file
         self.lines = lines
         self.overrides = overrides or {}
+        self.files = files or {}  # path -> file, for values inherited through `extends:`
 
     def error(self, path: tuple, message: str) -> SpecError:
         key = ".".join(str(p) for p in path) or None
         for opath, text in self.overrides.items():
             if tuple(path[: len(opath)]) == opath:
                 return SpecError(message, file=f"--set {text}", key=key)
-        return SpecError(message, file=self.file, line=line_of(self.lines, path), key=key)
+        p = tuple(path)
+        while p and p not in self.lines:
+            p = p[:-1]
+        return SpecError(message, file=self.files.get(p, self.file), line=line_of(self.lines, path), key=key)
 
 
 def nearest(word: str, choices: typing.Iterable[str]) -> str | None:
