@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from nas_stab import __version__
-from nas_stab.errors import NasStabError
+from nas_stab.errors import NasStabError, SpecErrors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args) or 0
+    except SpecErrors as e:
+        for line in e.lines():
+            print(f"error: {line}", file=sys.stderr)
+        return e.exit_code
     except NasStabError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
@@ -89,7 +93,10 @@ def _load(args):
         overrides.append(f"runner.kind={args.runner}")
     if getattr(args, "address", None):
         overrides.append(f"runner.address={args.address}")
-    return load_spec(args.spec, overrides)
+    spec = load_spec(args.spec, overrides)
+    for note in spec.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    return spec
 
 
 def cmd_validate(args) -> int:

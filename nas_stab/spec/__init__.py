@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from nas_stab.errors import SpecError
+from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
 from nas_stab.spec import schema
 from nas_stab.spec.build import Ctx, build, did_you_mean, public_fields
@@ -64,13 +64,24 @@ def from_data(data: dict, ctx: Ctx) -> Spec:
         if key not in data:
             raise ctx.error((), f"missing required key {key!r}")
     _normalize(data, ctx)
+    # every key's problem at once (unknown keys, types, ranges); the cross-field
+    # rules need the keys right, so they run after and report their first problem
+    ctx.collected = []
     spec = build(schema.Spec, {k: v for k, v in data.items() if k != "space"}, ctx)
-    space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
+    errors, ctx.collected = ctx.collected, None
+    try:
+        space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
+    except SpecError as e:
+        errors.append(e)
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
     from nas_stab.spec.rules import check_spec
 
     check_spec(spec, ctx)
-    return spec
+    from nas_stab.spec.advice import advice
+
+    return dataclasses.replace(spec, notes=advice(spec, ctx))
 
 
 def _normalize(data: dict, ctx: Ctx) -> None:

@@ -202,6 +202,7 @@ class Spec:
     # filled in by the loader, never from YAML
     source: str = field(default="<string>", compare=False, metadata={"internal": True})
     raw: Any = field(default=None, compare=False, repr=False, metadata={"internal": True})
+    notes: tuple = field(default=(), compare=False, repr=False, metadata={"internal": True})  # warnings, `file:line: key: message`
 
 
 REQUIRED_TOP = ("name", "task", "model")

@@ -1,0 +1,59 @@
+"""`nas-stab validate` reports every key's error at once, and warns about settings with no effect."""
+from conftest import run_cli
+
+THREE_ERRORS = """\
+name: three
+task:
+  dataset: {name: digits, trian: 100}
+model: {arch: mlp_resnet, depth: 0}
+train: {lr: 0.1, steps: 20, batch_size: big}
+"""
+
+
+def test_every_key_error_is_reported_each_on_its_line(tmp_path):
+    p = tmp_path / "three.yaml"
+    p.write_text(THREE_ERRORS)
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines == [
+        f"error: {p}:3: task.dataset.trian: unknown key; did you mean 'train'?",
+        f"error: {p}:4: model.depth: must be >= 1, got 0",
+        f"error: {p}:5: train.batch_size: must be an integer, got 'big'",
+    ], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_space_errors_are_reported_with_the_key_errors(tmp_path):
+    p = tmp_path / "two.yaml"
+    p.write_text(THREE_ERRORS.replace("depth: 0", "depth: 2").replace("batch_size: big", "batch_size: 8")
+                 + "space:\n  train.lr: {log_grid: [0.1, 1]}\n")
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 2
+    assert [ln.split(": ")[2] for ln in r.stderr.strip().splitlines()] == ["task.dataset.trian", "space.train.lr.log_grid"], r.stderr
+
+
+WARN = """\
+name: warn
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 8}
+train: {optimizer: adam, lr: 0.001, momentum: 0.9, steps: 5}
+stability: {every: 0, hessian: false}
+space:
+  model.width: {int: [2, 32], log: true}
+"""
+
+
+def test_settings_with_no_effect_are_warnings_not_errors(tmp_path):
+    p = tmp_path / "warn.yaml"
+    p.write_text(WARN)
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
+    assert f"warning: {p}:4: train.momentum: has no effect with adam (Adam's momentum is train.betas[0])" in warnings
+    assert any(w.startswith(f"warning: {p}:7: space.model.width.log: has no effect in a grid: every integer from 2 to 32 "
+                            "is a point (31 values)") and "[2, 4, 8, 16, 32]" in w for w in warnings), warnings
+    # the same settings are quiet where they matter
+    p.write_text(WARN.replace("optimizer: adam", "optimizer: sgd") + "search: {sampler: random, trials: 2}\n")
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
