@@ -103,11 +103,10 @@ def cmd_validate(args) -> int:
     import yaml
 
     from nas_stab.search.plan import base_lookup
-    from nas_stab.spec import to_plain
+    from nas_stab.spec.display import applicable_plain
 
     spec = _load(args)
-    plain = to_plain(spec)
-    plain["space"] = spec.raw.get("space")
+    plain = applicable_plain(spec)
     print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
     print("---")
     n_seeds = len(spec.seeds)

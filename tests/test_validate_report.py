@@ -57,3 +57,24 @@ def test_settings_with_no_effect_are_warnings_not_errors(tmp_path):
     p.write_text(WARN.replace("optimizer: adam", "optimizer: sgd") + "search: {sampler: random, trials: 2}\n")
     r = run_cli("validate", p, "--no-timing")
     assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
+
+
+def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_path):
+    import yaml
+
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.spec import load_run_spec, loads_spec
+
+    text = WARN.replace("optimizer: adam, lr: 0.001, momentum: 0.9,", "optimizer: sgd, lr: 0.1,").replace(
+        "model.width: {int: [2, 32], log: true}", "model.width: [4, 8]") + "task: {dataset: {name: digits, vocab_size: 100}}\n"
+    text = text.replace("task: {dataset: {name: digits}}\n", "", 1)
+    spec = loads_spec(text)
+    with RunDir.open(tmp_path, spec) as rd:
+        stored = yaml.safe_load((rd.path / "spec.yaml").read_text())
+    assert "d_model" not in stored["model"] and "beam" not in stored["task"] and "betas" not in stored["train"]
+    assert "src" not in stored["task"]["dataset"] and "classes" not in stored["task"]["dataset"]
+    assert stored["task"]["dataset"]["vocab_size"] == 100  # not applicable but set by hand: kept (identity)
+    assert stored["train"]["momentum"] == 0.9 and stored["model"]["width"] == 8
+    again = load_run_spec(tmp_path / "warn")
+    # the same configuration (== also equates 1 and 1.0, which YAML keeps apart for alpha_scale's float default)
+    assert (again.task, again.model, again.train, again.stability) == (spec.task, spec.model, spec.train, spec.stability)

@@ -181,11 +181,9 @@ class RunDir:
 
     @staticmethod
     def spec_plain(spec) -> dict:
-        from nas_stab.spec import to_plain
+        from nas_stab.spec.display import applicable_plain
 
-        data = to_plain(spec)
-        data["space"] = spec.raw.get("space") if spec.raw else None
-        return data
+        return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
 
     def _acquire(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
