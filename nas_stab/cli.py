@@ -235,6 +235,7 @@ def cmd_list(args) -> int:
         vals = " | ".join(choices) if choices else f"default {f.default!r}"
         doc = f.metadata.get("doc", "")
         print(f"  {f.name:<18} {vals}{'  -- ' + doc if doc else ''}")
+    print("every key of an experiment file, with types, ranges and defaults: docs/experiment-file.md (nas-stab schema --format markdown)")
     return 0
 
 

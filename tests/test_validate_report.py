@@ -78,3 +78,26 @@ def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_pa
     again = load_run_spec(tmp_path / "warn")
     # the same configuration (== also equates 1 and 1.0, which YAML keeps apart for alpha_scale's float default)
     assert (again.task, again.model, again.train, again.stability) == (spec.task, spec.model, spec.train, spec.stability)
+
+
+def test_cost_estimate_times_the_cheapest_and_the_dearest_configuration():
+    from nas_stab.estimate import estimate_cost
+    from nas_stab.spec import loads_spec
+
+    spec = loads_spec("""\
+name: cost
+seeds: 2
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 16}
+train: {lr: 0.05, steps: 10, batch_size: 32}
+space:
+  model.depth: [1, 4]
+  model.width: [8, 64]
+  train.lr: [0.01, 0.1]
+""")
+    text = estimate_cost(spec, 16)
+    lines = text.splitlines()
+    assert lines[0].startswith("cost: 16 runs, 160 optimizer steps; timed on cpu"), text
+    assert lines[1].startswith("  cheapest depth=1, width=8: ") and "(rounds " in lines[1], text
+    assert lines[2].startswith("  dearest  depth=4, width=64: "), text
+    assert "of training (range " in lines[3], text
