@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
     ls.set_defaults(func=cmd_list)
 
+    tb = sub.add_parser("tensorboard", help="(re)write the TensorBoard logs of a run directory's runs")
+    tb.add_argument("run_dir")
+    tb.set_defaults(func=cmd_tensorboard)
+
     sc = sub.add_parser("schema", help="print the JSON Schema of experiment files (for editors: completion and checks as you type)")
     sc.add_argument("--format", choices=["json", "markdown"], default="json",
                     help="json: the JSON Schema (default); markdown: the reference page docs/experiment-file.md")
@@ -236,6 +240,23 @@ def cmd_list(args) -> int:
         doc = f.metadata.get("doc", "")
         print(f"  {f.name:<18} {vals}{'  -- ' + doc if doc else ''}")
     print("every key of an experiment file, with types, ranges and defaults: docs/experiment-file.md (nas-stab schema --format markdown)")
+    return 0
+
+
+def cmd_tensorboard(args) -> int:
+    import shutil
+
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.results.tensorboard import TB_DIR, write_rows
+    from nas_stab.spec import load_run_spec
+
+    spec = load_run_spec(args.run_dir)
+    rows = RunDir(Path(args.run_dir)).read_trials()
+    root = Path(args.run_dir) / TB_DIR
+    if root.exists():
+        shutil.rmtree(root)
+    write_rows(Path(args.run_dir), rows, list(spec.space.keys), spec.task.kind)
+    print(f"{len(rows)} runs: tensorboard --logdir {root}")
     return 0
 
 

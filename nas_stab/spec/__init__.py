@@ -222,6 +222,7 @@ def spec_hash(spec: Spec) -> str:
     plain.pop("description", None)
     plain.pop("runner", None)  # where trials run does not change their results
     plain.pop("leaderboard", None)  # nor how the table is drawn
+    plain.pop("logging", None)  # nor which logs are written
     plain["space"] = spec.raw.get("space") if spec.raw else None
     blob = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

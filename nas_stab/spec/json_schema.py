@@ -73,6 +73,7 @@ SECTIONS = {
     ("search", "pruner"): "the Optuna pruner",
     ("runner",): "where trials run: local (one machine) or ray (Ray Tune)",
     ("leaderboard",): "the LR-transfer leaderboard: the lr key, the size axis, the row labels",
+    ("logging",): "extra logs of every run (the run directory's records are always written)",
 }
 
 
