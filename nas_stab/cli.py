@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from nas_stab import __version__
-from nas_stab.errors import NasStabError
+from nas_stab.errors import NasStabError, SpecErrors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args) or 0
+    except SpecErrors as e:
+        for line in e.lines():
+            print(f"error: {line}", file=sys.stderr)
+        return e.exit_code
     except NasStabError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
@@ -79,6 +83,16 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
     ls.set_defaults(func=cmd_list)
+
+    tb = sub.add_parser("tensorboard", help="(re)write the TensorBoard logs of a run directory's runs")
+    tb.add_argument("run_dir")
+    tb.set_defaults(func=cmd_tensorboard)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of experiment files (for editors: completion and checks as you type)")
+    sc.add_argument("--format", choices=["json", "markdown"], default="json",
+                    help="json: the JSON Schema (default); markdown: the reference page docs/experiment-file.md")
+    sc.add_argument("--out", help="write it to this file instead of standard output")
+    sc.set_defaults(func=cmd_schema)
     return p
 
 
@@ -94,6 +108,8 @@ def _load(args):
     if getattr(args, "address", None):
         overrides.append(f"runner.address={args.address}")
     spec = load_spec(args.spec, overrides)
+    for note in spec.notes:
+        print(f"warning: {note}", file=sys.stderr)
     from nas_stab.spec.rules import leaderboard_warnings
 
     for w in leaderboard_warnings(spec):
@@ -105,11 +121,10 @@ def cmd_validate(args) -> int:
     import yaml
 
     from nas_stab.search.plan import base_lookup
-    from nas_stab.spec import to_plain
+    from nas_stab.spec.display import applicable_plain
 
     spec = _load(args)
-    plain = to_plain(spec)
-    plain["space"] = spec.raw.get("space")
+    plain = applicable_plain(spec)
     print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
     print("---")
     n_seeds = len(spec.seeds)
@@ -260,6 +275,41 @@ def cmd_list(args) -> int:
         vals = " | ".join(choices) if choices else f"default {f.default!r}"
         doc = f.metadata.get("doc", "")
         print(f"  {f.name:<18} {vals}{'  -- ' + doc if doc else ''}")
+    print("every key of an experiment file, with types, ranges and defaults: docs/experiment-file.md (nas-stab schema --format markdown)")
+    return 0
+
+
+def cmd_tensorboard(args) -> int:
+    import shutil
+
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.results.tensorboard import TB_DIR, write_rows
+    from nas_stab.spec import load_run_spec
+
+    spec = load_run_spec(args.run_dir)
+    rows = RunDir(Path(args.run_dir)).read_trials()
+    root = Path(args.run_dir) / TB_DIR
+    if root.exists():
+        shutil.rmtree(root)
+    write_rows(Path(args.run_dir), rows, list(spec.space.keys), spec.task.kind)
+    print(f"{len(rows)} runs: tensorboard --logdir {root}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    import json
+
+    from nas_stab.spec.json_schema import json_schema
+    from nas_stab.spec.reference import markdown_reference
+
+    text = json.dumps(json_schema(), indent=2) + "\n" if args.format == "json" else markdown_reference()
+    if args.out:
+        from nas_stab.results.rundir import atomic_write
+
+        atomic_write(Path(args.out), text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 

@@ -31,6 +31,22 @@ class SpecError(NasStabError):
         return f"{where}{key}{self.message}"
 
 
+class SpecErrors(SpecError):
+    """Several problems of one file, reported together (`nas-stab validate` lists them
+    all); behaves as its first error where one is expected."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(first.message, file=first.file, line=first.line, key=first.key)
+
+    def lines(self) -> list[str]:
+        return [SpecError.__str__(e) for e in self.errors]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines()) if hasattr(self, "errors") else super().__str__()
+
+
 class DataError(NasStabError):
     """A dataset file is missing, truncated or malformed; names the file."""
 

@@ -44,13 +44,45 @@ class Dimension:
     def active(self, assignment: Callable[[str], Any]) -> bool:
         return all(_matches(assignment(k), allowed) for k, allowed in self.when)
 
-    def suggest(self, trial) -> Any:
-        """Ask an Optuna trial for this dimension's value."""
+    def suggest(self, trial, grid: bool = False) -> Any:
+        """Ask an Optuna trial for this dimension's value.
+
+        `grid=True` is for a grid point enqueued into the study: its value is
+        fixed, and a numeric dimension is recorded with an Int/Float
+        distribution over its values (log-scaled when they are log-spaced) so
+        optuna-dashboard and `optuna` plots order and scale it as a number. A
+        sampler choosing among listed values (`grid=False`) still sees them as
+        categorical: a list means "one of these", not an interval.
+        """
+        if grid and self.kind != "int":
+            dist = self.grid_distribution()
+            if dist is not None:
+                try:
+                    return _suggest_numeric(trial, self.key, dist)
+                except ValueError as e:
+                    if "distribution" not in str(e):
+                        raise
+                    # a study made before numeric grid distributions records this key as
+                    # categorical, and Optuna refuses to mix kinds: keep the old one
         if self.kind in ("values", "log_grid", "grid"):
             return trial.suggest_categorical(self.key, list(self.values))
         if self.kind == "int":
             return trial.suggest_int(self.key, int(self.low), int(self.high), step=self.step or 1, log=self.log)
         return trial.suggest_float(self.key, self.low, self.high, log=self.log)
+
+    def grid_distribution(self):
+        """The numeric Optuna distribution of a discrete dimension's values, or None
+        when a value is not a number (strings, booleans, null: categorical)."""
+        import optuna.distributions as d
+
+        vals = self.values
+        if not vals or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in vals):
+            return None
+        lo, hi = min(vals), max(vals)
+        log = self.kind == "log_grid" or (self.kind == "values" and is_log_spaced(vals))
+        if all(isinstance(v, int) for v in vals):
+            return d.IntDistribution(int(lo), int(hi), log=log and lo >= 1)
+        return d.FloatDistribution(float(lo), float(hi), log=log and lo > 0)
 
     def distribution(self):
         """The Optuna distribution of this dimension (for enqueued or fixed trials)."""
@@ -61,6 +93,33 @@ class Dimension:
         if self.kind == "int":
             return d.IntDistribution(int(self.low), int(self.high), step=self.step or 1, log=self.log)
         return d.FloatDistribution(self.low, self.high, log=self.log)
+
+
+def _suggest_numeric(trial, key: str, dist) -> Any:
+    import optuna.distributions as d
+
+    if isinstance(dist, d.IntDistribution):
+        return trial.suggest_int(key, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(key, dist.low, dist.high, log=dist.log)
+
+
+def is_log_spaced(values) -> bool:
+    """True when positive numbers are closer to a geometric than to an arithmetic
+    progression (sorted): [1, 4, 16] and [0.001, 0.01, 0.1] are, [2, 4, 6] is not;
+    two values are when one is at least 4 times the other."""
+    v = sorted(float(x) for x in values)
+    if len(v) < 2 or v[0] <= 0:
+        return False
+    if len(v) == 2:
+        return v[1] / v[0] >= 4
+    lin = [b - a for a, b in zip(v, v[1:])]
+    geo = [math.log(b / a) for a, b in zip(v, v[1:])]
+
+    def spread(xs):
+        m = sum(xs) / len(xs)
+        return (max(xs) - min(xs)) / m if m > 0 else math.inf
+
+    return spread(geo) < spread(lin)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -149,12 +208,13 @@ class Space:
             raise ValueError(f"{d.key} is continuous and has no grid")
         return d.values
 
-    def suggest(self, trial, base: Callable[[str], Any]) -> dict[str, Any]:
-        """Optuna define-by-run: suggest every active dimension, in order."""
+    def suggest(self, trial, base: Callable[[str], Any], grid: bool = False) -> dict[str, Any]:
+        """Optuna define-by-run: suggest every active dimension, in order
+        (`grid=True`: the trial is an enqueued grid point; see `Dimension.suggest`)."""
         params: dict[str, Any] = {}
         for d in self.dims:
             if d.active(lambda k: params[k] if k in params else base(k)):
-                params[d.key] = d.suggest(trial)
+                params[d.key] = d.suggest(trial, grid=grid)
         return params
 
     def size(self, base: Callable[[str], Any]) -> int | None:

@@ -55,6 +55,14 @@ if [ "${1:-}" = "stop" ]; then
     exit 0
 fi
 
+# the environment first, in one line each, before anything starts
+if ! "$PY" -c 'import nas_stab, ray' 2>/dev/null; then
+    echo "$0: '$PY' cannot import nas_stab and ray: activate the environment nas_stab is installed in (source .venv/bin/activate) or set PYTHON=/path/to/.venv/bin/python" >&2
+    exit 2
+fi
+case "${1:-1}" in ''|*[!0-9]*) echo "usage: $0 [N_WORKERS] [CPUS_PER_NODE] | $0 stop DIR (N_WORKERS must be a number, got '${1}')" >&2; exit 2;; esac
+case "${2:-1}" in ''|*[!0-9]*) echo "usage: $0 [N_WORKERS] [CPUS_PER_NODE] | $0 stop DIR (CPUS_PER_NODE must be a number, got '${2}')" >&2; exit 2;; esac
+
 N=${1:-1}
 CPUS=${2:-1}
 HEAD_CPUS=${HEAD_CPUS:-$CPUS}

@@ -40,8 +40,8 @@ def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurren
     assert run_threads(ray) == 4  # a Ray trial's torch threads are its CPUs
     r = run_cli("validate", tiny_yaml, "--set", "runner.concurrency=2", "--set", "train.threads=1")
     assert r.returncode == 0, r.stderr
-    line = next(x for x in r.stdout.splitlines() if x.startswith("cost:"))
-    assert "(1 torch thread(s))" in line and "wall at 2 runs at once" in line
+    cost = r.stdout[r.stdout.index("cost:"):]
+    assert "1 torch thread(s) per run" in cost.splitlines()[0] and "wall at 2 runs at once" in cost
 
 
 def test_bad_input_exit_2_without_traceback(tmp_path, tiny_yaml):

@@ -88,3 +88,30 @@ def test_local_cluster_script_fails_loudly_when_a_node_does_not_start():
                        text=True, env=env, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr  # it exited 0 before, after cleaning up
     assert "--num-cpus" in r.stderr and "address:" not in r.stdout
+
+
+def test_local_cluster_script_without_nas_stab_says_so_in_one_line(tmp_path):
+    """Run from outside the venv: one clear line and exit 2, no Ray started, no temp dir left."""
+    before = set(Path("/tmp").glob("nas-ray-*"))
+    env = dict(os.environ, PYTHON="/usr/bin/python3", PYTHONPATH="")
+    r = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "1", "1"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "cannot import nas_stab and ray" in r.stderr and "PYTHON=" in r.stderr
+    assert set(Path("/tmp").glob("nas-ray-*")) == before
+    r = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "two"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=sys.executable), timeout=60)
+    assert r.returncode == 2 and "N_WORKERS must be a number" in r.stderr
+
+
+def test_slurm_script_checks_the_environment_and_the_token_first(tmp_path):
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY)
+    env = dict(os.environ, PATH="/usr/bin:/bin", HOME=str(tmp_path), PYTHONPATH="", NAS_STAB_VENV="")
+    env.pop("RAY_AUTH_TOKEN", None)
+    r = subprocess.run(["bash", str(RUNNERS / "slurm_ray.sbatch"), str(spec)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "nas-stab is not installed" in r.stderr, r.stderr
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = f"{venv_bin}:/usr/bin:/bin"
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    r = subprocess.run(["bash", str(RUNNERS / "slurm_ray.sbatch"), str(spec)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "no Ray auth token" in r.stderr and "ray get-auth-token --generate" in r.stderr, r.stderr

@@ -143,6 +143,7 @@ class RunDir:
         self.path = Path(path)
         self._lock = None
         self._header: list[str] | None = None  # trials.csv's columns, once this driver has written it
+        self.tensorboard = False  # write TensorBoard logs of each recorded run (logging.tensorboard)
 
     # -- opening ---------------------------------------------------------------
     @classmethod
@@ -182,6 +183,7 @@ class RunDir:
         else:
             rd._update_presentation(spec)
         (path / "history").mkdir(exist_ok=True)
+        rd.tensorboard = spec.logging.tensorboard
         rd.repair()
         return rd
 
@@ -214,11 +216,9 @@ class RunDir:
 
     @staticmethod
     def spec_plain(spec) -> dict:
-        from nas_stab.spec import to_plain
+        from nas_stab.spec.display import applicable_plain
 
-        data = to_plain(spec)
-        data["space"] = spec.raw.get("space") if spec.raw else None
-        return data
+        return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
 
     def _acquire(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -304,6 +304,7 @@ class RunDir:
         cols = set(header or ())
         if rewrite or header is None or not p.exists() or any(k not in cols for r in new_rows for k in r):
             self.write_trials(rows, searched, task_kind)
+            self._tensorboard(new_rows, searched, task_kind)
             return
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
@@ -313,6 +314,18 @@ class RunDir:
             f.write(buf.getvalue())
             f.flush()
             os.fsync(f.fileno())
+        self._tensorboard(new_rows, searched, task_kind)
+
+    def _tensorboard(self, new_rows: list[dict[str, Any]], searched: Iterable[str], task_kind: str) -> None:
+        """TensorBoard logs of runs whose records are on disk; a view, so a failure is logged, never raised."""
+        if not self.tensorboard or not new_rows:
+            return
+        from nas_stab.results.tensorboard import write_rows
+
+        try:
+            write_rows(self.path, new_rows, list(searched), task_kind)
+        except Exception as e:  # noqa: BLE001 - the records are written; the view must not stop the run
+            self.log(f"tensorboard: could not write logs ({type(e).__name__}: {e}); nas-stab tensorboard {self.path} retries")
 
     def write_history(self, run_id: str, history: list[dict[str, float]]) -> None:
         cols: list[str] = ["step", "train_loss", "lr"]

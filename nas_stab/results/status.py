@@ -39,5 +39,27 @@ def status_text(run_dir: Path) -> str:
         params = ", ".join(f"{d.key}={r.get(d.key)}" for d in spec.space)
         lines.append(f"  best {spec.search.objective} {v:.4g}: trial {r['trial']} seed {r['seed']} ({params})")
     left = (used / done) * max(0, planned - done) if done else float("nan")
-    lines.append(f"  time used {used:.1f} s" + (f", ~{left:.0f} s left" if done and planned > done else ""))
+    alive = driver_alive(run_dir)
+    if alive:
+        lines.append(f"  running now (a nas-stab driver holds the run directory); time used {used:.1f} s"
+                     + (f", ~{left:.0f} s left" if done and planned > done else ""))
+    else:
+        rest = f"; {planned - done} runs not trained yet: rerun `nas-stab run` with the same file to finish" if planned > done else ""
+        lines.append(f"  not running (no driver holds the run directory); time used {used:.1f} s{rest}")
     return "\n".join(lines)
+
+
+def driver_alive(run_dir: Path) -> bool:
+    """Whether a `nas-stab run` driver holds this run directory (its exclusive lock on log.txt)."""
+    import fcntl
+
+    p = Path(run_dir) / "log.txt"
+    if not p.exists():
+        return False
+    with open(p, "a", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return False

@@ -132,7 +132,7 @@ def _ask_grid(spec, study, job, base):
     """The Optuna trial of a grid run: its point enqueued, then asked."""
     study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
     ot = study.ask()
-    spec.space.suggest(ot, base)  # records the enqueued values with their distributions
+    spec.space.suggest(ot, base, grid=True)  # records the enqueued values with their distributions
     return ot
 
 

@@ -111,7 +111,7 @@ class OptunaBridge:
             job = self.jobs.pop(0)
             self.study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
             ot = self.study.ask()
-            self.spec.space.suggest(ot, self.base)  # records the enqueued values with their distributions
+            self.spec.space.suggest(ot, self.base, grid=True)  # records the enqueued values with their distributions
             params, jobs, seeds = job.params, [job], [job.seed]
         else:
             if self.started >= self.n_trials:

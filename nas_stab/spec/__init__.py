@@ -18,10 +18,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from nas_stab.errors import SpecError
+from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
 from nas_stab.spec import schema
 from nas_stab.spec.build import Ctx, build, did_you_mean, public_fields
+from nas_stab.spec.compose import compose
 from nas_stab.spec.yamlio import load_yaml, read_text
 
 __all__ = ["Spec", "load_spec", "loads_spec", "get_key", "check_key", "resolve", "spec_hash", "SEARCHABLE"]
@@ -37,8 +38,11 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
 
 def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (), *, run_file: bool = False) -> Spec:
     data, lines = load_yaml(text, file)
+    files: dict[tuple, str] = {}
     if run_file and isinstance(data, dict):
         data.pop("meta", None)  # provenance that the run directory's spec.yaml carries
+    else:
+        data, lines, files = compose(data, lines, file, read_text)
     if data is None:
         raise SpecError("empty file; an experiment needs at least name, task and model", file=file, line=1)
     if not isinstance(data, dict):
@@ -50,7 +54,7 @@ def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (),
         if path[0] == "space" and len(path) > 2:
             path = ("space", ".".join(path[1:]))
         override_paths[path] = text_
-    return from_data(data, Ctx(file, lines, override_paths))
+    return from_data(data, Ctx(file, lines, override_paths, files))
 
 
 def from_data(data: dict, ctx: Ctx) -> Spec:
@@ -60,13 +64,24 @@ def from_data(data: dict, ctx: Ctx) -> Spec:
         if key not in data:
             raise ctx.error((), f"missing required key {key!r}")
     _normalize(data, ctx)
+    # every key's problem at once (unknown keys, types, ranges); the cross-field
+    # rules need the keys right, so they run after and report their first problem
+    ctx.collected = []
     spec = build(schema.Spec, {k: v for k, v in data.items() if k != "space"}, ctx)
-    space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
+    errors, ctx.collected = ctx.collected, None
+    try:
+        space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
+    except SpecError as e:
+        errors.append(e)
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
     from nas_stab.spec.rules import check_spec
 
     check_spec(spec, ctx)
-    return spec
+    from nas_stab.spec.advice import advice
+
+    return dataclasses.replace(spec, notes=advice(spec, ctx))
 
 
 def _normalize(data: dict, ctx: Ctx) -> None:
@@ -207,6 +222,7 @@ def spec_hash(spec: Spec) -> str:
     plain.pop("description", None)
     plain.pop("runner", None)  # where trials run does not change their results
     plain.pop("leaderboard", None)  # nor how the table is drawn
+    plain.pop("logging", None)  # nor which logs are written
     plain["space"] = spec.raw.get("space") if spec.raw else None
     blob = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -21,17 +21,28 @@ from nas_stab.spec.yamlio import Lines, line_of
 class Ctx:
     """Where we are: the file, the line table and how to name a path."""
 
-    def __init__(self, file: str, lines: Lines, overrides: dict[tuple, str] | None = None):
+    def __init__(self, file: str, lines: Lines, overrides: dict[tuple, str] | None = None, files: dict[tuple, str] | None = None):
         self.file = file
         self.lines = lines
         self.overrides = overrides or {}
+        self.files = files or {}  # path -> file, for values inherited through `extends:`
+        self.collected: list[SpecError] | None = None  # a list: `build` gathers every key's error there
+
+    def report(self, err: SpecError) -> None:
+        """Raise `err`, or keep it and go on when errors are being collected."""
+        if self.collected is None:
+            raise err
+        self.collected.append(err)
 
     def error(self, path: tuple, message: str) -> SpecError:
         key = ".".join(str(p) for p in path) or None
         for opath, text in self.overrides.items():
             if tuple(path[: len(opath)]) == opath:
                 return SpecError(message, file=f"--set {text}", key=key)
-        return SpecError(message, file=self.file, line=line_of(self.lines, path), key=key)
+        p = tuple(path)
+        while p and p not in self.lines:
+            p = p[:-1]
+        return SpecError(message, file=self.files.get(p, self.file), line=line_of(self.lines, path), key=key)
 
 
 def nearest(word: str, choices: typing.Iterable[str]) -> str | None:
@@ -82,13 +93,18 @@ def build(cls, data: Any, ctx: Ctx, path: tuple = ()) -> Any:
     fields = {f.name: f for f in public_fields(cls)}
     for key in data:
         if key not in fields:
-            raise ctx.error(path + (key,), "unknown key" + did_you_mean(key, fields))
+            ctx.report(ctx.error(path + (key,), "unknown key" + did_you_mean(key, fields)))
     hints = _type_hints(cls)
     kwargs = {}
     for name, f in fields.items():
         p = path + (name,)
         if name in data:
-            kwargs[name] = convert(hints[name], data[name], ctx, p, f.metadata)
+            try:
+                kwargs[name] = convert(hints[name], data[name], ctx, p, f.metadata)
+            except SpecError as e:
+                ctx.report(e)  # collecting: the default stands in, so the other keys are still checked
+                if dataclasses.is_dataclass(hints[name]):
+                    kwargs[name] = build(hints[name], None, ctx, p)
         elif dataclasses.is_dataclass(hints[name]):
             kwargs[name] = build(hints[name], None, ctx, p)
     return cls(**kwargs)

@@ -191,6 +191,11 @@ class LeaderboardConfig:
 
 
 @dataclass(frozen=True)
+class LoggingConfig:
+    tensorboard: bool = _f(True, "TensorBoard logs of every run under <run dir>/tensorboard/ (nas-stab tensorboard RUN_DIR rebuilds them)")
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str = _f(None, "names the run directory (at most 100 characters)", pattern=r"[a-z0-9][a-z0-9_-]{0,99}")
     description: str = _f("")
@@ -203,9 +208,11 @@ class Spec:
     search: SearchConfig = _f(None)
     runner: RunnerConfig = _f(None)
     leaderboard: LeaderboardConfig = _f(None)
+    logging: LoggingConfig = _f(None)
     # filled in by the loader, never from YAML
     source: str = field(default="<string>", compare=False, metadata={"internal": True})
     raw: Any = field(default=None, compare=False, repr=False, metadata={"internal": True})
+    notes: tuple = field(default=(), compare=False, repr=False, metadata={"internal": True})  # warnings, `file:line: key: message`
 
 
 REQUIRED_TOP = ("name", "task", "model")

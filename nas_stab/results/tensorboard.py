@@ -1,0 +1,118 @@
+"""TensorBoard logs of every run, from the records the driver has just written.
+
+    runs/<name>/tensorboard/<run_id>_<key>=<value>,.../events.out.tfevents...
+
+One subdirectory per trained run, named by its run id and searched values, so
+`tensorboard --logdir runs/<name>/tensorboard` lists runs by configuration and
+its regex filter selects them (`depth=32`, `aggregation=stam`). Each holds the
+step history as scalars (`train/loss`, `train/lr`, `val/<metric>` at each
+validation, `stability/<metric>` at each snapshot) and the run's hyperparameters
+(the searched keys and the seed) with its final task and stability metrics in
+TensorBoard's HParams tab.
+
+The logs are written by the driver after a run's history and trials.csv row are
+on disk, from those records: they are a view of the run directory, never the
+source of anything, and `nas-stab tensorboard RUN_DIR` rebuilds them. A failure
+to write them is logged and never stops the experiment. `logging.tensorboard:
+false` turns them off.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+from nas_stab import metrics
+
+TB_DIR = "tensorboard"
+_SKIP = {"step"}
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def run_dir_name(row: dict, searched: Iterable[str]) -> str:
+    """`<run_id>_<short key>=<value>,...`: readable, unique (the run id) and safe as a file name."""
+    parts = [f"{k.split('.')[-1]}={row.get(k, '')}" for k in searched]
+    name = f"{row['run_id']}_" + ",".join(parts) if parts else str(row["run_id"])
+    name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
+    return name[:200]
+
+
+def _tag(column: str, task_metrics: set[str]) -> str:
+    if column in ("train_loss", "lr"):
+        return f"train/{column[6:] if column.startswith('train_') else column}"
+    if column in task_metrics or column.startswith(("val_", "test_")) or column in ("bleu", "test_bleu"):
+        return f"val/{column}"
+    return f"stability/{column}"
+
+
+def read_history(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_run(root: Path, row: dict, history: list[dict], searched: list[str], task_kind: str) -> Path:
+    """Write one run's TensorBoard logs under `root` (replacing any earlier ones of that run)."""
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams
+
+    out = root / run_dir_name(row, searched)
+    if out.exists():
+        shutil.rmtree(out)
+    task_metrics = set(metrics.TASK_METRICS[task_kind])
+    w = SummaryWriter(log_dir=str(out), max_queue=10_000, flush_secs=3600)
+    try:
+        for h in history:
+            step = _num(h.get("step"))
+            if step is None:
+                continue
+            for col, v in h.items():
+                x = _num(v)
+                if col in _SKIP or x is None:
+                    continue
+                w.add_scalar(_tag(col, task_metrics), x, int(step))
+        hp = {k: _hparam(row.get(k)) for k in searched}
+        hp["seed"] = _hparam(row.get("seed"))
+        hp["status"] = str(row.get("status", ""))
+        final = {}
+        for col in list(metrics.TASK_METRICS[task_kind]) + [c for c in row if c.startswith(("init_", "final_"))]:
+            x = _num(row.get(col))
+            if x is not None:
+                final[f"hparam/{col}"] = x
+        # the HParams summaries go into the run's own directory (SummaryWriter.add_hparams would make a subdirectory)
+        exp, ssi, sei = hparams(hp, final)
+        fw = w._get_file_writer()
+        for summary in (exp, ssi, sei):
+            fw.add_summary(summary)
+        for k, v in final.items():
+            w.add_scalar(k, v, int(_num(row.get("steps")) or 0))
+    finally:
+        w.close()
+    return out
+
+
+def _hparam(v: Any) -> Any:
+    x = _num(v)
+    if x is not None and v not in ("", None):
+        return int(x) if float(x).is_integer() and "." not in str(v) else x
+    return "" if v is None else str(v)
+
+
+def write_rows(run_path: Path, rows: list[dict], searched: list[str], task_kind: str) -> list[Path]:
+    """TensorBoard logs of these trials.csv rows, from their history files."""
+    root = Path(run_path) / TB_DIR
+    out = []
+    for row in rows:
+        hist = Path(run_path) / "history" / f"{row['run_id']}.csv"
+        history = read_history(hist) if hist.exists() else []
+        out.append(write_run(root, row, history, searched, task_kind))
+    return out

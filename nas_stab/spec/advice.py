@@ -1,0 +1,42 @@
+"""Warnings: settings that are valid but have no effect, or cannot give what they seem to ask.
+
+Each is `file:line: key: message`, printed by `nas-stab validate` and `nas-stab run`
+as `warning: ...`; nothing stops. Errors are for what cannot run (`rules.py`).
+"""
+from __future__ import annotations
+
+from nas_stab.spec.build import Ctx
+
+
+def advice(spec, ctx: Ctx) -> tuple[str, ...]:
+    raw = spec.raw or {}
+    train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    space = {d.key: d for d in spec.space.dims}
+    out: list[str] = []
+
+    def warn(path: tuple, message: str) -> None:
+        out.append(str(ctx.error(path, message)))
+
+    optimizers = set(space["train.optimizer"].values) if "train.optimizer" in space else {spec.train.optimizer}
+    if optimizers <= {"adam", "adamw"}:
+        for key in ("momentum", "nesterov"):
+            if key in train_raw:
+                warn(("train", key), f"has no effect with {spec.train.optimizer} (Adam's momentum is train.betas[0])")
+            if f"train.{key}" in space:
+                warn(("space", f"train.{key}"), f"searching train.{key} has no effect with {spec.train.optimizer}")
+    if spec.search.sampler == "grid":
+        for d in spec.space.dims:
+            if d.kind == "int" and d.log:
+                n = len(range(int(d.low), int(d.high) + 1, d.step or 1))
+                warn(("space", d.key, "log"),
+                     f"has no effect in a grid: every integer from {int(d.low)} to {int(d.high)} is a point ({n} values); "
+                     f"list the values you want, e.g. [{', '.join(str(v) for v in _powers(int(d.low), int(d.high)))}]")
+    return tuple(out)
+
+
+def _powers(lo: int, hi: int) -> list[int]:
+    out, v = [], max(lo, 1)
+    while v <= hi and len(out) < 8:
+        out.append(v)
+        v *= 2
+    return out

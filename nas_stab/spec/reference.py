@@ -1,0 +1,116 @@
+"""The experiment-file reference (docs/experiment-file.md), generated from the schema.
+
+`nas-stab schema --format markdown` prints it; a test fails when the copy in
+docs/ differs from what the schema generates, so the reference cannot drift.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from nas_stab.spec import schema
+from nas_stab.spec.build import _type_hints, public_fields, type_name
+from nas_stab.spec.json_schema import SECTIONS, _SPECIAL
+
+HEADER = """\
+# Experiment file reference
+
+Generated from `nas_stab/spec/schema.py` by `nas-stab schema --format markdown`
+(a test keeps this page and the schema identical). Every key is checked once,
+when the file is loaded: unknown keys (with the nearest valid one), types,
+ranges, and the cross-field rules of `nas_stab/spec/rules.py` (which knobs an
+architecture supports, tau expressions, dataset files). `nas-stab validate
+FILE` reports every problem as `file:line: key: message`; `nas-stab schema`
+prints the same information as a JSON Schema for editors (see the README).
+
+Top-level keys: `name` (required), `description`, `seeds`, `extends`, `task`
+(required), `model` (required), `train`, `stability`, `space`, `search`,
+`runner`, `leaderboard`.
+
+- `extends: base.yaml` starts from another experiment file (a path relative to
+  this one); this file's keys override the base's key by key, mappings merged
+  recursively, lists and values replaced; `space:` entries are merged by key (a
+  key set to `null` removes a base dimension). Chains are allowed, cycles are
+  an error. Errors name the file and line each value came from.
+- `seeds`: a count n (seeds 0..n-1) or a list of distinct integers >= 0.
+- `space`: dotted key -> values or a distribution (below).
+"""
+
+SPACE = """\
+## space: search dimensions
+
+| form | meaning |
+| --- | --- |
+| `[a, b, c]` or `{values: [...]}` | categorical (a grid dimension) |
+| `{log_grid: [low, high, n]}` | n log-spaced values, endpoints included |
+| `{grid: [low, high, n]}` | n evenly spaced values, endpoints included |
+| `{uniform: [low, high]}`, `{loguniform: [low, high]}` | continuous (not with `search.sampler: grid`) |
+| `{int: [low, high], step: 1, log: false}` | integers; in a grid every integer from low to high (step apart) is a point, `log` only changes how the other samplers draw |
+| any of these plus `when: {key: value or [values]}` | only searched when the condition holds; otherwise the base value stands |
+
+Keys are the dotted names of the sections below (`train.lr`,
+`model.branches`, `task.dataset.train`...). In the Optuna study a grid's
+numeric dimensions are recorded as integer or float distributions (log-scaled
+when the values are log-spaced), the others as categorical.
+"""
+
+
+def _default(f: dataclasses.Field) -> str:
+    d = f.default
+    if d is dataclasses.MISSING or d is None:
+        return "—" if d is None else ""
+    if isinstance(d, tuple):
+        d = list(d)
+    if isinstance(d, bool):
+        return "`true`" if d else "`false`"
+    return f"`{d}`"
+
+
+def _range(meta: dict) -> str:
+    parts = []
+    for k, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if k in meta:
+            parts.append(f"{sym} {meta[k]}")
+    if "pattern" in meta:
+        parts.append(f"matches `{meta['pattern']}`")
+    return ", ".join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _section(cls, path: tuple[str, ...], out: list[str]) -> None:
+    hints = _type_hints(cls)
+    nested = []
+    title = ".".join(path)
+    out.append(f"## {title}\n")
+    if path in SECTIONS:
+        out.append(SECTIONS[path][0].upper() + SECTIONS[path][1:] + ".\n")
+    out.append("| key | type | default | range | description |")
+    out.append("| --- | --- | --- | --- | --- |")
+    for f in public_fields(cls):
+        tp = hints[f.name]
+        p = path + (f.name,)
+        if dataclasses.is_dataclass(tp):
+            nested.append((tp, p))
+            out.append(f"| `{title}.{f.name}` | a mapping | | | see the `{'.'.join(p)}` section below |")
+            continue
+        desc = _SPECIAL[p]["description"] if p in _SPECIAL else f.metadata.get("doc", "")
+        out.append(f"| `{title}.{f.name}` | {_cell(type_name(tp))} | {_cell(_default(f))} | {_cell(_range(f.metadata))} | {_cell(desc)} |")
+    out.append("")
+    for tp, p in nested:
+        _section(tp, p, out)
+
+
+def markdown_reference() -> str:
+    out = [HEADER]
+    hints = _type_hints(schema.Spec)
+    for f in public_fields(schema.Spec):
+        tp: Any = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            _section(tp, (f.name,), out)
+        elif typing.get_origin(tp) is None and f.name == "space":
+            out.append(SPACE)
+    return "\n".join(out).rstrip() + "\n"

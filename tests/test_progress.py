@@ -1,0 +1,51 @@
+"""Progress lines name the configuration; `nas-stab status` knows whether a driver is alive."""
+import io
+
+from conftest import TINY
+from nas_stab.results.rundir import RunDir
+from nas_stab.results.status import status_text
+from nas_stab.search.local import run_local
+from nas_stab.search.progress import Progress, describe
+from nas_stab.spec import loads_spec
+
+
+def test_plain_lines_name_the_configuration_and_count():
+    spec = loads_spec(TINY)
+    out = io.StringIO()
+    p = Progress(spec, 4, stream=out)
+    p.update({"trial": 0, "seed": 0, "status": "complete", "objective": 0.5, "model.branches": 2, "train.lr": 0.05,
+              "run_id": "t00000-s0", "wall_s": 1.2})
+    p.update({"trial": 1, "seed": 0, "status": "diverged", "objective": "", "model.branches": 1, "train.lr": 50.0,
+              "run_id": "t00001-s0", "wall_s": 0.3})
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("complete: branches=2 lr=0.05 seed 0 val_acc 0.5 in 1s | [1/4] complete 1")
+    assert lines[1].startswith("diverged: branches=1 lr=50 seed 0 in 0s | [2/4] complete 1  pruned 0  diverged 1")
+    assert "best val_acc 0.5 (trial 0 seed 0)" in lines[1] and "left" in lines[1]
+
+
+def test_live_display_shows_running_configurations_and_prints_finished_runs():
+    spec = loads_spec(TINY)
+    out = io.StringIO()
+    p = Progress(spec, 4, stream=out, live=True)
+    p.started("t00000-s0", {"model.branches": 2, "train.lr": 0.05}, 0, 20)
+    p.step("t00000-s0", 10)
+    assert "branches=2 lr=0.05 seed 0" in p.running["t00000-s0"]["label"] and p.running["t00000-s0"]["step"] == 10
+    p.update({"trial": 0, "seed": 0, "status": "complete", "objective": 0.5, "model.branches": 2, "train.lr": 0.05,
+              "run_id": "t00000-s0", "wall_s": 1.0})
+    p.close()
+    assert not p.running
+    assert "complete: branches=2 lr=0.05 seed 0 val_acc 0.5" in out.getvalue()
+
+
+def test_describe_is_short():
+    assert describe({"model.depth": 8, "train.lr": 0.0316228}, 1) == "depth=8 lr=0.03162 seed 1"
+
+
+def test_status_says_whether_a_driver_is_running(tmp_path):
+    spec = loads_spec(TINY)
+    with RunDir.open(tmp_path, spec) as rd:
+        run_local(spec, rd, trials=2)
+        held = status_text(rd.path)  # this process holds the run directory, as a driver does
+    assert "running now" in held and "left" in held
+    dead = status_text(tmp_path / "tiny")
+    assert "not running" in dead and "2 runs not trained yet" in dead and "left" not in dead

@@ -1,0 +1,103 @@
+"""`nas-stab validate` reports every key's error at once, and warns about settings with no effect."""
+from conftest import run_cli
+
+THREE_ERRORS = """\
+name: three
+task:
+  dataset: {name: digits, trian: 100}
+model: {arch: mlp_resnet, depth: 0}
+train: {lr: 0.1, steps: 20, batch_size: big}
+"""
+
+
+def test_every_key_error_is_reported_each_on_its_line(tmp_path):
+    p = tmp_path / "three.yaml"
+    p.write_text(THREE_ERRORS)
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines == [
+        f"error: {p}:3: task.dataset.trian: unknown key; did you mean 'train'?",
+        f"error: {p}:4: model.depth: must be >= 1, got 0",
+        f"error: {p}:5: train.batch_size: must be an integer, got 'big'",
+    ], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_space_errors_are_reported_with_the_key_errors(tmp_path):
+    p = tmp_path / "two.yaml"
+    p.write_text(THREE_ERRORS.replace("depth: 0", "depth: 2").replace("batch_size: big", "batch_size: 8")
+                 + "space:\n  train.lr: {log_grid: [0.1, 1]}\n")
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 2
+    assert [ln.split(": ")[2] for ln in r.stderr.strip().splitlines()] == ["task.dataset.trian", "space.train.lr.log_grid"], r.stderr
+
+
+WARN = """\
+name: warn
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 8}
+train: {optimizer: adam, lr: 0.001, momentum: 0.9, steps: 5}
+stability: {every: 0, hessian: false}
+space:
+  model.width: {int: [2, 32], log: true}
+"""
+
+
+def test_settings_with_no_effect_are_warnings_not_errors(tmp_path):
+    p = tmp_path / "warn.yaml"
+    p.write_text(WARN)
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
+    assert f"warning: {p}:4: train.momentum: has no effect with adam (Adam's momentum is train.betas[0])" in warnings
+    assert any(w.startswith(f"warning: {p}:7: space.model.width.log: has no effect in a grid: every integer from 2 to 32 "
+                            "is a point (31 values)") and "[2, 4, 8, 16, 32]" in w for w in warnings), warnings
+    # the same settings are quiet where they matter
+    p.write_text(WARN.replace("optimizer: adam", "optimizer: sgd") + "search: {sampler: random, trials: 2}\n")
+    r = run_cli("validate", p, "--no-timing")
+    assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
+
+
+def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_path):
+    import yaml
+
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.spec import load_run_spec, loads_spec
+
+    text = WARN.replace("optimizer: adam, lr: 0.001, momentum: 0.9,", "optimizer: sgd, lr: 0.1,").replace(
+        "model.width: {int: [2, 32], log: true}", "model.width: [4, 8]") + "task: {dataset: {name: digits, vocab_size: 100}}\n"
+    text = text.replace("task: {dataset: {name: digits}}\n", "", 1)
+    spec = loads_spec(text)
+    with RunDir.open(tmp_path, spec) as rd:
+        stored = yaml.safe_load((rd.path / "spec.yaml").read_text())
+    assert "d_model" not in stored["model"] and "beam" not in stored["task"] and "betas" not in stored["train"]
+    assert "src" not in stored["task"]["dataset"] and "classes" not in stored["task"]["dataset"]
+    assert stored["task"]["dataset"]["vocab_size"] == 100  # not applicable but set by hand: kept (identity)
+    assert stored["train"]["momentum"] == 0.9 and stored["model"]["width"] == 8
+    again = load_run_spec(tmp_path / "warn")
+    # the same configuration (== also equates 1 and 1.0, which YAML keeps apart for alpha_scale's float default)
+    assert (again.task, again.model, again.train, again.stability) == (spec.task, spec.model, spec.train, spec.stability)
+
+
+def test_cost_estimate_times_the_cheapest_and_the_dearest_configuration():
+    from nas_stab.estimate import estimate_cost
+    from nas_stab.spec import loads_spec
+
+    spec = loads_spec("""\
+name: cost
+seeds: 2
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 16}
+train: {lr: 0.05, steps: 10, batch_size: 32}
+space:
+  model.depth: [1, 4]
+  model.width: [8, 64]
+  train.lr: [0.01, 0.1]
+""")
+    text = estimate_cost(spec, 16)
+    lines = text.splitlines()
+    assert lines[0].startswith("cost: 16 runs, 160 optimizer steps; timed on cpu"), text
+    assert lines[1].startswith("  cheapest depth=1, width=8: ") and "(rounds " in lines[1], text
+    assert lines[2].startswith("  dearest  depth=4, width=64: "), text
+    assert "of training (range " in lines[3], text
