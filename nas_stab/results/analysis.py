@@ -675,8 +675,11 @@ def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float
         if r["seeds"] < 3:
             inc.append(f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}")
         cens = [(n, c, lr) for n, c, lr in zip(name, g["censored"], g["grid_lr"]) if c]
-        if cens:
+        if cens and sized:
             inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g})" if c != "=" else f"{n} (one lr)" for n, c, lr in cens))
+        elif cens:
+            c, lr = cens[0][1], cens[0][2]
+            inc.append("one lr" if c == "=" else f"censored ({c}{lr:.3g})")
         if sized and r["grid_max_step"] > 1 + _EPS:
             inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
         if sized and r["sizes"] >= 2:
@@ -684,7 +687,7 @@ def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float
                 if r["seeds"] >= 3:
                     inc.append("no lr_drift interval")
             elif hi > tol + _EPS:
-                inc.append(f"{ci} straddles {tol:g} oct")
+                inc.append(f"{ci} above {tol:g} oct" if lo > tol + _EPS else f"{ci} straddles {tol:g} oct")
         if inc:
             verdicts.append("inconclusive")
             whys.append("; ".join(inc))
