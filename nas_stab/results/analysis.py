@@ -567,17 +567,20 @@ def _estimate(per_seed, cells, *, sign, thr, m0, lr_float, size_num, ref_code, n
         mask = np.isfinite(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1).astype(float)  # [K, N, S*L]
         Vf = np.nan_to_num(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1)
         valid = np.arange(N)[None, None, :] < ns[:, None, None]
+        n_cell = np.isfinite(Vs).sum(-1)
+        partial = bool(((n_cell > 0) & (n_cell < ns[:, None, None])).any())
         chunk = max(1, int(4_000_000 // max(1, Ks * S * L + Ks * N * N)))
         done = 0
         while done < n_boot:
             b = min(chunk, n_boot - done)
             idx = (rng.random((Ks, b, N)) * ns[:, None, None]).astype(np.int64)
-            W = ((idx[..., None] == np.arange(N)) & valid[..., None]).sum(-2).astype(float)  # [K, b, N] seed weights
+            flat = (np.arange(Ks * b).reshape(Ks, b, 1) * N + idx)[np.broadcast_to(valid, idx.shape)]
+            W = np.bincount(flat, minlength=Ks * b * N).reshape(Ks, b, N).astype(float)  # seed weights of each replicate
             with np.errstate(invalid="ignore", divide="ignore"):
                 Mb = (W @ Vf) / (W @ mask)  # [K, b, S*L]
             Mb = Mb.reshape(Ks, b, S, L).transpose(1, 0, 2, 3)
-            # a cell whose seeds the resample all missed (cells with fewer seeds than their row) keeps its mean
-            Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
+            if partial:  # a cell whose seeds the resample all missed (fewer seeds than its row) keeps its mean
+                Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
             with _quiet():
                 r = _fit(Mb, X[sel], sign, thr, U, ref[sel], full=False)
             for name in reps:
