@@ -118,3 +118,18 @@ def test_run_dir_made_before_this_change_still_opens(tmp_path):
         assert rd.read_meta()["spec_hash"] == _old_spec_hash(spec)
     paths = build_leaderboard([run], formats=("md", "csv"), plots=False)
     assert pd.read_csv(paths["csv"])["transfers"].tolist() == ["inconclusive"]
+
+
+def test_warnings_for_few_seeds_and_a_coarse_grid(tmp_path, capsys):
+    from nas_stab.spec import loads_spec
+    from nas_stab.spec.rules import leaderboard_warnings
+
+    fine = SPEC.replace("seeds: 1", "seeds: 3").replace("[0.01, 0.03, 0.1]", "[0.01, 0.02, 0.04]")
+    assert leaderboard_warnings(loads_spec(fine)) == []
+    warns = leaderboard_warnings(loads_spec(SPEC))  # 1 seed, steps of 1.58 and 1.74 octaves
+    assert len(warns) == 2 and "1 seed" in warns[0] and "coarser than 1 octave (largest step 1.74" in warns[1]
+    assert all("inconclusive" in w for w in warns)
+    p = tmp_path / "w.yaml"
+    p.write_text(SPEC)
+    assert main(["validate", str(p), "--no-timing"]) == 0  # a warning, not an error
+    assert capsys.readouterr().err.count("warning:") == 2
