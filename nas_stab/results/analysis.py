@@ -469,7 +469,9 @@ def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, r
     jm, jp = np.clip(j - 1, 0, L - 1), np.clip(j + 1, 0, L - 1)
     x0, x1, x2 = xat(jm), xat(j), xat(jp)
     y0, y2 = _take(score, jm), _take(score, jp)
-    fit = (cens == 0) & np.isfinite(y0) & np.isfinite(y2)
+    # refine only between neighbours that train: next to a divergence cliff the curve is not
+    # locally quadratic, and a parabola through the cliff would overshoot the data
+    fit = (cens == 0) & np.isfinite(y0) & np.isfinite(y2) & (y0 > thr + _EPS) & (y2 > thr + _EPS)
     with np.errstate(invalid="ignore", divide="ignore"):
         f01 = (y1 - y0) / (x1 - x0)
         f12 = (y2 - y1) / (x2 - x1)
