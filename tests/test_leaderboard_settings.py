@@ -133,3 +133,28 @@ def test_warnings_for_few_seeds_and_a_coarse_grid(tmp_path, capsys):
     p.write_text(SPEC)
     assert main(["validate", str(p), "--no-timing"]) == 0  # a warning, not an error
     assert capsys.readouterr().err.count("warning:") == 2
+
+
+def test_status_opens_a_run_made_before_the_lr_rule(tmp_path):
+    """A run directory whose stored spec searches 2 lrs with a transfer axis (valid before the >= 3 lrs
+    rule) still opens for `status` and `leaderboard`; only a new run of such a file is refused."""
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.spec import load_run_spec, loads_spec
+
+    old = SPEC.replace("[0.01, 0.03, 0.1]", "[0.01, 0.03]")
+    spec = loads_spec(SPEC)
+    run = tmp_path / "lbset"
+    run.mkdir()
+    data = RunDir.spec_plain(spec)
+    data["space"]["train.lr"] = [0.01, 0.03]
+    data["meta"] = {"spec_hash": "x"}
+    (run / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    pd.DataFrame([{"trial": i, "seed": 0, "status": "complete", "model.branches": b, "train.lr": lr, "val_acc": 0.5,
+                   "key": f"k{i}"} for i, (b, lr) in enumerate([(1, 0.01), (1, 0.03), (2, 0.01), (2, 0.03)])]
+                 ).to_csv(run / "trials.csv", index=False)
+    assert load_run_spec(run).space.get("train.lr").values == (0.01, 0.03)
+    assert main(["status", str(run)]) == 0
+    assert main(["leaderboard", str(run), "--format", "csv"]) == 0
+    p = tmp_path / "old.yaml"
+    p.write_text(old)
+    assert main(["validate", str(p), "--no-timing"]) == 2
