@@ -1,4 +1,4 @@
-"""The `nas-stab` command line (SPEC 2). Thin: parse, call the library, print.
+"""The `nas-stab` command line (commands in the README). Thin: parse, call the library, print.
 
 Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries
 (torch, Optuna, Ray) are imported inside the commands, so `--help` is fast.
@@ -185,7 +185,7 @@ def cmd_run(args) -> int:
 
 
 def _write_leaderboard(rd) -> None:
-    """leaderboard.md at the end of every run (SPEC 3); the figures are `nas-stab leaderboard`'s
+    """leaderboard.md at the end of every run; the figures are `nas-stab leaderboard`'s
     (drawing them here cost ~1.5 s of every run, matplotlib's import included)."""
     from nas_stab.results.leaderboard import build_leaderboard
 

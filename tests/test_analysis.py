@@ -267,3 +267,19 @@ def test_never_crashes(rows, metric):
     assert a.rows["rank"].tolist() == list(range(1, len(a.rows) + 1))
 
 
+
+
+def test_no_parabola_through_a_divergence_cliff():
+    # size 1: .78 .82 at x = 0, 1, then diverged (counted at m0 = 0.1) at x = 2: a parabola through the
+    # cliff would put the optimum at 0.896, above every measurement; the grid point stands.
+    rows = []
+    for s in (1, 2):
+        for x, v in zip(X[:4], (0.70, 0.78, 0.82, "diverged")):
+            for k in range(3):
+                r = {"seed": k, "train.lr": float(0.01 * 2**x), "model.branches": s, "model.aggregation": "a"}
+                r.update({"status": "diverged", "val_acc": float("nan")} if v == "diverged" else {"status": "complete", "val_acc": v})
+                rows.append(r)
+    a = run(rows, classes=10)
+    sz = a.sizes.set_index("size")
+    assert sz.loc[1, "m_star"] == pytest.approx(0.82) and sz.loc[1, "best_lr"] == pytest.approx(0.04)
+    assert sz.loc[1, "censored"] == ""

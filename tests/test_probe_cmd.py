@@ -18,7 +18,7 @@ stability: {probe_batch: 64, hessian: true, hessian_iters: 6}
 space:
   model.branches: [1, 4]
   model.aggregation: [sum, stam]
-  train.lr: [0.01, 0.1]
+  train.lr: [0.01, 0.03, 0.1]
 leaderboard: {transfer: model.branches, compare: [model.aggregation]}
 """
 
@@ -38,7 +38,7 @@ def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
     for n, text in kept.items():
         assert (run_dir / n).read_text() == text  # a run's files are never touched
     rows = read(run_dir / "probe.csv")
-    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 12 and all(r["status"] == "ok" for r in rows)
     cols = rows[0].keys()
     for c in ("model.branches", "model.aggregation", "train.lr", "init_fwd_ratio", "init_grad_ratio", "init_update_ratio",
               "init_sharpness", "init_lr_sharpness", "final_fwd_ratio", "final_update_ratio", "final_sharpness",
@@ -61,7 +61,7 @@ def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
 
 
 def test_continuous_dimensions_are_probed_at_a_few_points():
-    spec = loads_spec(PROBE.replace("train.lr: [0.01, 0.1]", "train.lr: {loguniform: [0.001, 0.1]}")
+    spec = loads_spec(PROBE.replace("train.lr: [0.01, 0.03, 0.1]", "train.lr: {loguniform: [0.001, 0.1]}")
                       .replace("leaderboard:", "search: {sampler: random, trials: 4}\nleaderboard:"))
     points, notes = probe_points(spec)
     assert len(points) == 12
@@ -78,7 +78,7 @@ def test_cli_probe_exit_codes(tmp_path, capsys):
     from nas_stab.cli import main
 
     spec = tmp_path / "p.yaml"
-    spec.write_text(PROBE.replace("  train.lr: [0.01, 0.1]\n", ""))
+    spec.write_text(PROBE.replace("  train.lr: [0.01, 0.03, 0.1]\n", "").replace("transfer: model.branches, ", ""))
     assert main(["probe", str(spec), "--out", str(tmp_path / "out"), "--set", "stability.hessian=false"]) == 0
     out = capsys.readouterr().out
     assert "| # | model.branches |" in out and (tmp_path / "out" / "probe-tiny" / "probe.md").exists()

@@ -469,7 +469,9 @@ def _fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, r
     jm, jp = np.clip(j - 1, 0, L - 1), np.clip(j + 1, 0, L - 1)
     x0, x1, x2 = xat(jm), xat(j), xat(jp)
     y0, y2 = _take(score, jm), _take(score, jp)
-    fit = (cens == 0) & np.isfinite(y0) & np.isfinite(y2)
+    # refine only between neighbours that train: next to a divergence cliff the curve is not
+    # locally quadratic, and a parabola through the cliff would overshoot the data
+    fit = (cens == 0) & np.isfinite(y0) & np.isfinite(y2) & (y0 > thr + _EPS) & (y2 > thr + _EPS)
     with np.errstate(invalid="ignore", divide="ignore"):
         f01 = (y1 - y0) / (x1 - x0)
         f12 = (y2 - y1) / (x2 - x1)
@@ -567,17 +569,20 @@ def _estimate(per_seed, cells, *, sign, thr, m0, lr_float, size_num, ref_code, n
         mask = np.isfinite(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1).astype(float)  # [K, N, S*L]
         Vf = np.nan_to_num(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1)
         valid = np.arange(N)[None, None, :] < ns[:, None, None]
+        n_cell = np.isfinite(Vs).sum(-1)
+        partial = bool(((n_cell > 0) & (n_cell < ns[:, None, None])).any())
         chunk = max(1, int(4_000_000 // max(1, Ks * S * L + Ks * N * N)))
         done = 0
         while done < n_boot:
             b = min(chunk, n_boot - done)
             idx = (rng.random((Ks, b, N)) * ns[:, None, None]).astype(np.int64)
-            W = ((idx[..., None] == np.arange(N)) & valid[..., None]).sum(-2).astype(float)  # [K, b, N] seed weights
+            flat = (np.arange(Ks * b).reshape(Ks, b, 1) * N + idx)[np.broadcast_to(valid, idx.shape)]
+            W = np.bincount(flat, minlength=Ks * b * N).reshape(Ks, b, N).astype(float)  # seed weights of each replicate
             with np.errstate(invalid="ignore", divide="ignore"):
                 Mb = (W @ Vf) / (W @ mask)  # [K, b, S*L]
             Mb = Mb.reshape(Ks, b, S, L).transpose(1, 0, 2, 3)
-            # a cell whose seeds the resample all missed (cells with fewer seeds than their row) keeps its mean
-            Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
+            if partial:  # a cell whose seeds the resample all missed (fewer seeds than its row) keeps its mean
+                Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
             with _quiet():
                 r = _fit(Mb, X[sel], sign, thr, U, ref[sel], full=False)
             for name in reps:
@@ -675,8 +680,11 @@ def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float
         if r["seeds"] < 3:
             inc.append(f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}")
         cens = [(n, c, lr) for n, c, lr in zip(name, g["censored"], g["grid_lr"]) if c]
-        if cens:
+        if cens and sized:
             inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g})" if c != "=" else f"{n} (one lr)" for n, c, lr in cens))
+        elif cens:
+            c, lr = cens[0][1], cens[0][2]
+            inc.append("one lr" if c == "=" else f"censored ({c}{lr:.3g})")
         if sized and r["grid_max_step"] > 1 + _EPS:
             inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
         if sized and r["sizes"] >= 2:
@@ -684,7 +692,7 @@ def _verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float
                 if r["seeds"] >= 3:
                     inc.append("no lr_drift interval")
             elif hi > tol + _EPS:
-                inc.append(f"{ci} straddles {tol:g} oct")
+                inc.append(f"{ci} above {tol:g} oct" if lo > tol + _EPS else f"{ci} straddles {tol:g} oct")
         if inc:
             verdicts.append("inconclusive")
             whys.append("; ".join(inc))

@@ -305,7 +305,8 @@ def to_csv(a: Analysis, provenance: Provenance | None = None) -> str:
     the provenance goes to the sidecar written by `provenance_text`."""
     st = a.settings
     rows = a.rows.copy()
-    rows["best_lr(s)"] = [_best_lrs(r, True, sep=";", lr_fmt=lambda lr: f"{lr:.6g}") for r in a.rows.to_dict("records")]
+    sized = st.transfer_key is not None
+    rows["best_lr(s)"] = [_best_lrs(r, sized, sep=";", lr_fmt=lambda lr: f"{lr:.6g}") for r in a.rows.to_dict("records")]
     cols = CSV_COLUMNS[:2] + list(st.compare) + CSV_COLUMNS[2:]
     df = rows[[c for c in dict.fromkeys(cols) if c in rows.columns]].copy()
     for c in ("best_size", "reference_size", *st.compare):

@@ -120,8 +120,8 @@ def _row_keys_line(a: Analysis, limit: int = _MAX_PANELS) -> str:
     return line
 
 
-def _suptitle(fig, a: Analysis, first: str, limit: int = _MAX_PANELS) -> None:
-    width = fig.get_figwidth() - 0.3
+def _suptitle(fig, a: Analysis, first: str, limit: int = _MAX_PANELS, reserve: float = 0.0) -> None:
+    width = fig.get_figwidth() - 0.3 - reserve  # reserve: inches the legend takes at the right
     fig.suptitle(_wrap(first, width, 10) + "\n" + _wrap(_row_keys_line(a, limit), width, 8), fontsize=10)
 
 
@@ -229,9 +229,9 @@ def transfer_figure(a: Analysis):
             ax.set_xticks([xs[0]], [f"{xs[0]:.2f}\n(lr {lr0:.3g})"])
         ax.grid(alpha=0.3)
     _size_legend(fig, axes, a)
-    head = (f"{st.metric} vs learning rate. *: each size's fitted optimum (hollow: censored at the grid's end), "
-            f"thick bar: its 90% interval; x: a run diverged; error bars: std over seeds")
-    _suptitle(fig, a, head)
+    head = (f"{st.metric} vs log2(lr).  *: fitted optimum of each size (hollow: censored at the grid's end), "
+            f"thick bar: its 90% interval;  x: a run diverged;  error bars: std over seeds")
+    _suptitle(fig, a, head, reserve=2.2 if st.transfer_key else 0.0)
     return fig
 
 
@@ -250,7 +250,8 @@ def optimum_figure(a: Analysis):
     if not labels:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
+    n_leg = len(labels)
+    fig, ax = plt.subplots(figsize=(7.0, 4.4 + 0.28 * n_leg), layout="constrained")
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10"]
@@ -261,8 +262,8 @@ def optimum_figure(a: Analysis):
         r = rows.loc[k]
         slope = r["lr_slope"]
         s_ci = f" [{r['lr_slope_lo']:.2f}, {r['lr_slope_hi']:.2f}]" if np.isfinite(r["lr_slope_lo"]) else ""
-        name = f"{title}: {r['transfers']}, slope {slope:+.2f}{s_ci} oct/doubling"
-        ax.plot(g["u"], g["x_star"], marker="o", color=c, lw=1.6, label=_wrap(name, 4.0, 8))
+        name = f"{title}: {r['transfers']}, slope {slope:+.2f}{s_ci} octaves per doubling"
+        ax.plot(g["u"], g["x_star"], marker="o", color=c, lw=1.6, label=_wrap(name, 6.5, 8))
         band = np.isfinite(g["x_lo"]) & np.isfinite(g["x_hi"])
         if band.any():
             ax.fill_between(g["u"][band], g["x_lo"][band], g["x_hi"][band], color=c, alpha=0.15, lw=0)
@@ -282,9 +283,9 @@ def optimum_figure(a: Analysis):
     ax.set_xlabel(f"log2({st.transfer_key})")
     ax.set_ylabel(f"fitted optimum log2({st.lr_key})")
     ax.grid(alpha=0.3)
-    fig.legend(loc="outside right upper", fontsize=7, title=_row_keys_line(a), title_fontsize=7)
-    fig.suptitle(_wrap(f"transfer plot: {st.metric}'s optimum lr vs size (band: 90% interval; dashed: fitted slope; "
-                       f"hollow: censored at the grid's end, the grey lines)", 7.2, 10), fontsize=10)
+    fig.legend(loc="outside lower center", fontsize=8, title=_row_keys_line(a), title_fontsize=8, ncols=1)
+    fig.suptitle(_wrap(f"transfer plot: the fitted optimum lr of {st.metric} against size. Band: 90% interval; "
+                       f"dashed: least-squares slope; hollow: censored at the grid's end (grey lines)", 6.6, 10), fontsize=10)
     return fig
 
 

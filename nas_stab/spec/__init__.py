@@ -54,10 +54,10 @@ def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (),
         if path[0] == "space" and len(path) > 2:
             path = ("space", ".".join(path[1:]))
         override_paths[path] = text_
-    return from_data(data, Ctx(file, lines, override_paths, files))
+    return from_data(data, Ctx(file, lines, override_paths, files), stored=run_file)
 
 
-def from_data(data: dict, ctx: Ctx) -> Spec:
+def from_data(data: dict, ctx: Ctx, *, stored: bool = False) -> Spec:
     """Validate plain data (already parsed) into a `Spec`."""
     data = copy.deepcopy(data)
     for key in schema.REQUIRED_TOP:
@@ -78,7 +78,7 @@ def from_data(data: dict, ctx: Ctx) -> Spec:
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
     from nas_stab.spec.rules import check_spec
 
-    check_spec(spec, ctx)
+    check_spec(spec, ctx, stored=stored)
     from nas_stab.spec.advice import advice
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))

@@ -74,8 +74,9 @@ def check_config(spec, ctx: Ctx) -> None:
             raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
 
 
-def check_spec(spec, ctx: Ctx) -> None:
-    """Rules of the whole experiment; also checks every grid point's configuration."""
+def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
+    """Rules of the whole experiment; also checks every grid point's configuration. `stored`: the
+    spec.yaml of an existing run directory, which opens even if it predates a leaderboard rule."""
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
@@ -117,7 +118,8 @@ def check_spec(spec, ctx: Ctx) -> None:
         problem = check_key(spec, key)
         if problem:
             raise ctx.error(path, problem)
-    _check_axes(spec, ctx)
+    if not stored:
+        _check_axes(spec, ctx)
     if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
         raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
 

@@ -1,0 +1,121 @@
+"""Rebuild a published leaderboard from its stored trials.csv, without retraining.
+
+    python scripts/republish_leaderboard.py leaderboards/tau-depth [leaderboards/... ...]
+
+A published directory keeps every trained run (``trials.csv``) and the
+provenance of the run(s) it came from (in ``leaderboard_provenance.txt``, or,
+for tables written before that sidecar existed, the ``# field: value`` lines
+at the top of ``leaderboard.csv``). This script rebuilds the run directory the
+leaderboard code reads (``spec.yaml`` + ``trials.csv``): the experiment file
+is the one in ``spaces/published/<name>.yaml``, else the file in ``spaces/``
+whose ``name:`` matches, and the run metadata (spec hash, commit, versions,
+hardware, creation date) is copied from the stored provenance, so the
+republished table names the runs that actually produced its numbers. Runs
+combined into one table are split back by their seeds. The per-block forward
+norm plot needs the runs' histories, which are not published: the existing
+``plots/fwd_norm_init.png`` is kept and embedded as it is.
+
+Nothing is trained; only the leaderboard files and the other plots are
+rewritten (``trials.csv`` is left untouched).
+"""
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nas_stab.results import formats as F  # noqa: E402
+from nas_stab.results import plots as P  # noqa: E402
+from nas_stab.results.leaderboard import PLOTS, atomic_write, load_analysis  # noqa: E402
+
+
+def old_provenance(d: Path) -> list[tuple[str, str]]:
+    side = d / "leaderboard_provenance.txt"
+    lines = side.read_text().splitlines() if side.is_file() else [
+        ln[2:] for ln in (d / "leaderboard.csv").read_text().splitlines() if ln.startswith("# ")]
+    return [tuple(ln.split(": ", 1)) for ln in lines if ": " in ln]
+
+
+def spec_file(name: str) -> Path:
+    pub = ROOT / "spaces" / "published" / f"{name}.yaml"
+    if pub.is_file():
+        return pub
+    for p in sorted((ROOT / "spaces").glob("*.yaml")):
+        data = yaml.safe_load(p.read_text())
+        if isinstance(data, dict) and data.get("name") == name:
+            return p
+    raise SystemExit(f"no experiment file named {name!r} in spaces/published/ or spaces/")
+
+
+def runs_of(prov: list[tuple[str, str]]) -> list[dict]:
+    """Per original run: name, hash, commit, versions, hardware, created, seeds."""
+    d = dict(prov)
+    specs = re.findall(r"([\w-]+) \(hash (\w+)\)", d["spec"])
+    run_lines = [v for k, v in prov if k == "run"]
+    out = []
+    for name, h in specs:
+        line = next((v for v in run_lines if v.startswith(name + " ")), None)
+        if line:
+            m = re.search(r"commit ([\w+]+), nas_stab ([\w.]+), torch ([^,]+), hardware (.+), created (\S+); seeds ([\d, ]+);", line)
+            commit, version, torch, hw, created, seeds = m.groups()
+            seeds = [int(s) for s in seeds.split(",")]
+        else:
+            version, commit = re.match(r"(\S+) \(commit (\S+)\)", d["nas_stab"]).groups()
+            torch, hw, created = d["torch"], d["hardware"], d["run created"]
+            seeds = None
+        out.append({"name": name, "meta": {"spec_hash": h, "nas_stab_version": version, "git_commit": commit,
+                                           "torch_version": torch, "python": d.get("python", "unknown"),
+                                           "hardware": hw, "created": created}, "seeds": seeds})
+    return out
+
+
+def republish(d: Path) -> None:
+    prov_old = old_provenance(d)
+    trials = pd.read_csv(d / "trials.csv")
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = []
+        for run in runs_of(prov_old):
+            src = spec_file(run["name"])
+            data = yaml.safe_load(src.read_text())
+            data["meta"] = run["meta"]
+            rd = Path(tmp) / run["name"]
+            rd.mkdir()
+            (rd / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            t = trials if run["seeds"] is None else trials[trials["seed"].isin(run["seeds"])]
+            t.to_csv(rd / "trials.csv", index=False)
+            dirs.append(rd)
+            print(f"{d.name}: {run['name']} from {src.relative_to(ROOT)}, {len(t)} runs")
+        command = f"python scripts/republish_leaderboard.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}"
+        a, prov, _ = load_analysis(dirs, command=command)
+        prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
+        prov.insert(len(prov) - 1, ("republished", "from the stored trials.csv with the current leaderboard code; "
+                                    "nothing retrained (the run lines above are the original runs)"))
+        pngs, links = {}, {}
+        for name, draw in (("lr_transfer", P.transfer_plot), ("optimum_transfer", P.optimum_plot),
+                           ("fwd_norm_init", None), ("divergence", P.divergence_plot)):
+            png = draw(a) if draw else ((d / "plots" / f"{name}.png").read_bytes()
+                                        if (d / "plots" / f"{name}.png").is_file() else None)
+            if png is None:
+                continue
+            atomic_write(d / "plots" / f"{name}.png", png)
+            pngs[PLOTS[name]] = png
+            links[PLOTS[name]] = f"plots/{name}.png"
+        for fmt in F.FORMATS:
+            atomic_write(d / f"leaderboard.{fmt}", F.render(fmt, a, prov, plots_png=pngs, plots_paths=links))
+        atomic_write(d / "leaderboard_cells.csv", F.to_cells_csv(a))
+        atomic_write(d / "leaderboard_sizes.csv", F.to_sizes_csv(a))
+        atomic_write(d / "leaderboard_provenance.txt", F.provenance_text(a, prov))
+    for r in a.rows.to_dict("records"):
+        print(f"  {r['rank']}. {r['label']}: {r['transfers']} ({r['why']})")
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:] or sorted(str(p) for p in (ROOT / "leaderboards").iterdir() if p.is_dir()):
+        republish(Path(arg).resolve())

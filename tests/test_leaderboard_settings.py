@@ -1,0 +1,160 @@
+"""Leaderboard settings are not part of an experiment's identity: `nas-stab leaderboard` re-slices a
+run by another metric or axis, and rerunning with an edited `leaderboard:` rebuilds the table
+without training; run directories made before these settings existed still open."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent / "data"))
+from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+
+from nas_stab.cli import main  # noqa: E402
+
+SPEC = """\
+name: lbset
+seeds: 1
+task: {dataset: {name: digits, train: 300, val: 100}}
+model: {arch: mlp_resnet, depth: 2, width: 16}
+train: {lr: 0.05, steps: 4, batch_size: 32}
+stability: {every: 0, probe_batch: 32, hessian: false}
+space:
+  model.branches: [1, 2]
+  train.lr: [0.01, 0.03, 0.1]
+leaderboard: {transfer: model.branches}
+"""
+
+
+def _rows():
+    t = {}
+    for lab in ("sum", "stam"):
+        for s in (1, 2):
+            for lr in (0.1, 0.2, 0.4):
+                t[(lab, s, lr)] = [0.9 - abs(lr - 0.2) - 0.01 * k for k in range(3)]
+    rows = grid_rows(t)
+    for r in rows:
+        r["val_loss"] = 2.0 - r["val_acc"]
+    return rows
+
+
+def test_reslice_by_another_metric_and_axis_without_training(tmp_path, capsys):
+    d = make_run(tmp_path, _rows(), spec=spec_dict("slice", seeds=[0, 1, 2]))
+    before = (d / "trials.csv").read_bytes()
+    assert main(["leaderboard", str(d), "--format", "csv", "--metric", "val_loss", "--tolerance", "0.5"]) == 0
+    prov = (d / "leaderboard_provenance.txt").read_text()
+    assert "metric: val_loss (minimize)" in prov and "tolerance: 0.5 octave" in prov
+    assert "--metric val_loss" in prov  # the command that made the table
+    df = pd.read_csv(d / "leaderboard.csv")
+    assert df["best"].min() < 1.2  # a loss now: 2 - 0.9
+    # swap the axes: rows by branch count, sizes by aggregation (not numbers: no slope)
+    assert main(["leaderboard", str(d), "--format", "csv", "--transfer", "model.aggregation", "--compare", "model.branches"]) == 0
+    df = pd.read_csv(d / "leaderboard.csv")
+    assert sorted(df["label"]) == [1, 2] and df["lr_slope"].isna().all()
+    assert (d / "trials.csv").read_bytes() == before  # nothing retrained or rewritten
+    capsys.readouterr()
+    assert main(["leaderboard", str(d), "--metric", "val_accc"]) == 2
+    assert "did you mean 'val_acc'" in capsys.readouterr().err
+    assert main(["leaderboard", str(d), "--transfer", "model.width2"]) == 2
+    assert "--transfer" in capsys.readouterr().err
+    assert main(["leaderboard", str(d), "--tolerance", "0"]) == 2
+
+
+def test_rerun_with_edited_leaderboard_rebuilds_without_training(tmp_path, capsys):
+    spec = tmp_path / "lbset.yaml"
+    spec.write_text(SPEC)
+    out = tmp_path / "runs"
+    assert main(["run", str(spec), "--out", str(out)]) == 0
+    run = out / "lbset"
+    trials = (run / "trials.csv").read_bytes()
+    stored = yaml.safe_load((run / "spec.yaml").read_text())
+    assert "**metric**: val_acc" in (run / "leaderboard.md").read_text()
+    capsys.readouterr()
+    spec.write_text(SPEC.replace("leaderboard: {transfer: model.branches}",
+                                 "leaderboard: {transfer: model.branches, metric: val_loss, tolerance_octaves: 2}"))
+    assert main(["run", str(spec), "--out", str(out)]) == 0
+    assert (run / "trials.csv").read_bytes() == trials  # trained nothing
+    md = (run / "leaderboard.md").read_text()
+    assert "**metric**: val_loss" in md and "2 octave(s)" in md  # the new settings, not the stored ones
+    now = yaml.safe_load((run / "spec.yaml").read_text())
+    assert now["leaderboard"]["metric"] == "val_loss" and now["meta"] == stored["meta"]
+    assert "leaderboard updated" in (run / "log.txt").read_text()
+
+
+def _old_spec_hash(spec) -> str:
+    """spec_hash as the code before leaderboard settings were refreshed computed it (a verbatim copy)."""
+    from nas_stab.spec import to_plain
+
+    plain = to_plain(spec)
+    plain.pop("description", None)
+    plain.pop("runner", None)
+    plain.pop("leaderboard", None)
+    plain["space"] = spec.raw.get("space") if spec.raw else None
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def test_run_dir_made_before_this_change_still_opens(tmp_path):
+    """A spec.yaml written by the earlier code: no leaderboard.tolerance_octaves, the hash of the earlier
+    algorithm. Reopening it with the same experiment (now validated with the new rules) resumes it."""
+    from nas_stab.results.leaderboard import build_leaderboard
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.spec import loads_spec
+
+    spec = loads_spec(SPEC)
+    run = tmp_path / "runs" / "lbset"
+    run.mkdir(parents=True)
+    data = RunDir.spec_plain(spec)
+    del data["leaderboard"]["tolerance_octaves"]
+    data["meta"] = {"spec_hash": _old_spec_hash(spec), "nas_stab_version": "0.1.0", "git_commit": "c7f252aac8e3"}
+    (run / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    rows = [{"seed": 0, "model.branches": b, "train.lr": lr, "val_acc": 0.5 + lr, "key": f"k{b}{lr}", "status": "complete"}
+            for b in (1, 2) for lr in (0.01, 0.03, 0.1)]
+    pd.DataFrame(rows).to_csv(run / "trials.csv", index=False)
+    with RunDir.open(tmp_path / "runs", spec) as rd:  # no "different spec" refusal
+        assert rd.read_meta()["spec_hash"] == _old_spec_hash(spec)
+    paths = build_leaderboard([run], formats=("md", "csv"), plots=False)
+    assert pd.read_csv(paths["csv"])["transfers"].tolist() == ["inconclusive"]
+
+
+def test_warnings_for_few_seeds_and_a_coarse_grid(tmp_path, capsys):
+    from nas_stab.spec import loads_spec
+    from nas_stab.spec.rules import leaderboard_warnings
+
+    fine = SPEC.replace("seeds: 1", "seeds: 3").replace("[0.01, 0.03, 0.1]", "[0.01, 0.02, 0.04]")
+    assert leaderboard_warnings(loads_spec(fine)) == []
+    warns = leaderboard_warnings(loads_spec(SPEC))  # 1 seed, steps of 1.58 and 1.74 octaves
+    assert len(warns) == 2 and "1 seed" in warns[0] and "coarser than 1 octave (largest step 1.74" in warns[1]
+    assert all("inconclusive" in w for w in warns)
+    p = tmp_path / "w.yaml"
+    p.write_text(SPEC)
+    assert main(["validate", str(p), "--no-timing"]) == 0  # a warning, not an error
+    assert capsys.readouterr().err.count("warning:") == 2
+
+
+def test_status_opens_a_run_made_before_the_lr_rule(tmp_path):
+    """A run directory whose stored spec searches 2 lrs with a transfer axis (valid before the >= 3 lrs
+    rule) still opens for `status` and `leaderboard`; only a new run of such a file is refused."""
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.spec import load_run_spec, loads_spec
+
+    old = SPEC.replace("[0.01, 0.03, 0.1]", "[0.01, 0.03]")
+    spec = loads_spec(SPEC)
+    run = tmp_path / "lbset"
+    run.mkdir()
+    data = RunDir.spec_plain(spec)
+    data["space"]["train.lr"] = [0.01, 0.03]
+    data["meta"] = {"spec_hash": "x"}
+    (run / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    pd.DataFrame([{"trial": i, "seed": 0, "status": "complete", "model.branches": b, "train.lr": lr, "val_acc": 0.5,
+                   "key": f"k{i}"} for i, (b, lr) in enumerate([(1, 0.01), (1, 0.03), (2, 0.01), (2, 0.03)])]
+                 ).to_csv(run / "trials.csv", index=False)
+    assert load_run_spec(run).space.get("train.lr").values == (0.01, 0.03)
+    assert main(["status", str(run)]) == 0
+    assert main(["leaderboard", str(run), "--format", "csv"]) == 0
+    p = tmp_path / "old.yaml"
+    p.write_text(old)
+    assert main(["validate", str(p), "--no-timing"]) == 2
