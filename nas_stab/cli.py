@@ -162,7 +162,15 @@ def cmd_run(args) -> int:
     from nas_stab.data import reuse_loaded
     from nas_stab.results.rundir import RunDir
 
+    from nas_stab.errors import SpecError
+
+    if args.trials is not None and not 1 <= args.trials <= 10_000_000:
+        raise SpecError(f"must be a count from 1 to 10000000, got {args.trials}", key="--trials")
     spec = _load(args)
+    if spec.runner.kind == "ray" and spec.runner.address:
+        from nas_stab.search.ray_runner import check_reachable
+
+        check_reachable(spec.runner.address)  # before the run directory is written
     # runs trained in this process (local runner, one at a time) use the data the check loads;
     # worker processes (Ray, local concurrency > 1) load their own
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1

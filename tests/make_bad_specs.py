@@ -240,6 +240,31 @@ def main() -> None:
     add("utf16", "-", base().encode("utf-16"))
     add("nul-bytes", "-", base().encode() + b"description: a\x00b\n")
     add("control-chars", "-", base() + "description: \x07bell\n")
+    # 9. hostile values that used to pass validation and fail later, or exhaust memory (issue 16)
+    for i, tau in enumerate(("L^1/0", "L^(1/0)", "L^9999", "L^-1e400", "L^.")):
+        add(f"tau-expression-{i}", "model.tau", base(model=f"  arch: mlp_resnet\n  width: 16\n  tau: '{tau}'\n"))
+    add("seed-2-64", "seeds", base() + "seeds: [18446744073709551616]\n")
+    add("search-seed-2-64", "search.seed", base() + "search: {seed: 18446744073709551616}\n")
+    add("split-seed-huge", "task.dataset.split_seed", base(task="  dataset: {name: digits, split_seed: 1.0e+18}\n"))
+    add("epochs-1e308", "train.epochs", base(train="  lr: 0.1\n  epochs: 1.0e+308\n"))
+    for field in ("weight_decay: 1.0e+300", "warmup_steps: 1000000000000", "eval_every: 1000000000000", "eval_batch: 1000000000000"):
+        add(f"train-huge-{field.split(':')[0]}", f"train.{field.split(':')[0]}", base(train=f"  lr: 0.1\n  steps: 10\n  {field}\n"))
+    add("stability-every-huge", "stability.every", base() + "stability: {every: 1000000000000000}\n")
+    add("runner-checkpoint-huge", "runner.checkpoint_every", base() + "runner: {checkpoint_every: 1000000000000000}\n")
+    add("model-alpha-scale-huge", "model.alpha_scale", base(model="  arch: mlp_resnet\n  width: 16\n  alpha_scale: 1.0e+300\n"))
+    add("synthetic-noise-huge", "task.dataset.noise", base(task="  dataset: {name: synthetic, noise: 1.0e+300}\n"))
+    for shape in ("[-1, 8, 8]", "[0, 8, 8]", "[8, 8]", "[100000, 1000, 1000]"):
+        add(f"synthetic-shape-{zlib.crc32(shape.encode()) % 10**6:06d}", "task.dataset.shape", base(task=f"  dataset: {{name: synthetic, shape: {shape}}}\n"))
+    add("device-cuda-absent", "train.device", base(train="  lr: 0.1\n  steps: 10\n  device: 'cuda:999'\n"))
+    for url in ("foo://bar", "postgresql+nodriver://u@h/db", "sqlite:////nonexistent-dir-nas-stab/study.db", "journal:///nonexistent-dir-nas-stab/j.log", "not a url"):
+        add(f"storage-{zlib.crc32(url.encode()) % 10**6:06d}", "search.storage", base() + f"search: {{storage: '{url}'}}\n")
+    add("name-300-chars", "name", base().replace("name: bad", "name: " + "a" * 300))
+    add("grid-1e9-points", "space", base() + "space:\n" + "".join(
+        f"  {k}: {{grid: [0.01, 0.5, 1000]}}\n" for k in ("train.lr", "train.momentum", "model.dropout")))
+    add("grid-int-1e12", "space.model.width", base() + "space:\n  model.width: {int: [1, 1000000000000]}\n")
+    add("grid-int-1e9-points", "space", base() + "space:\n  model.width: {int: [1, 1000000000]}\n")
+    add("log-grid-1e10", "space.train.lr", base() + "space:\n  train.lr: {log_grid: [0.001, 1, 10000000000]}\n")
+    add("uniform-1e300", "space.train.lr", base() + "search: {sampler: random, trials: 2}\nspace:\n  train.lr: {uniform: [0.1, 1.0e+300]}\n")
 
     for i, (name, expect, text) in enumerate(cases):
         data = text if isinstance(text, bytes) else text.encode("utf-8")

@@ -126,3 +126,111 @@ def test_labels_outside_the_classes_fail_validation(tmp_path, capsys):
     _mnist(tmp_path / "d", labels=[255] + [1] * 59)
     code, err = _validate(tmp_path, capsys, MNIST.format(root=tmp_path / "d"))
     assert code == 2 and "label 255 outside" in err, err
+
+
+# ---------------------------------------------------------------- command line and run directory: one line, exit 2
+
+from conftest import TINY  # noqa: E402
+
+
+def _run(tmp_path, capsys, *extra, spec_text: str = TINY, out=None) -> tuple[int, str, Path]:
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(spec_text)
+    out = out or tmp_path / "out"
+    code = main(["run", str(spec), "--out", str(out), *map(str, extra)])
+    return code, capsys.readouterr().err, out
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("run directory:", "["))]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_trials_must_be_positive_and_nothing_is_written(tmp_path, capsys, n):
+    code, err, out = _run(tmp_path, capsys, "--trials", n)
+    assert code == 2 and "--trials: must be a count" in _one_line(err)
+    assert not out.exists()
+
+
+def test_out_that_is_a_file_or_a_symlink_loop(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, err, _ = _run(tmp_path, capsys, out=f)
+    assert code == 2 and "cannot use" in _one_line(err)
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop")
+    code, err, _ = _run(tmp_path, capsys, out=loop)
+    assert code == 2 and _one_line(err)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_out(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        code, err, _ = _run(tmp_path, capsys, out=ro)
+        assert code == 2 and "cannot use" in _one_line(err)
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.mark.parametrize("damage", ["spec-list", "spec-meta-list", "study-random", "history-file"])
+def test_hand_damaged_run_directory_is_one_line(tmp_path, capsys, damage):
+    code, err, out = _run(tmp_path, capsys, "--trials", 1)
+    assert code == 0, err
+    d = out / "tiny"
+    if damage == "spec-list":
+        (d / "spec.yaml").write_text("- a\n- b\n")
+    elif damage == "spec-meta-list":
+        (d / "spec.yaml").write_text("meta: [1, 2]\n")
+    elif damage == "study-random":
+        for p in d.glob("study.db*"):
+            p.unlink()
+        (d / "study.db").write_bytes(os.urandom(8192))
+    else:
+        import shutil
+
+        shutil.rmtree(d / "history")
+        (d / "history").write_text("not a directory")
+    code, err, _ = _run(tmp_path, capsys)
+    assert code == 2, err
+    assert "--fresh" in _one_line(err)
+
+
+def test_fresh_when_the_aside_name_exists(tmp_path, capsys):
+    import datetime as dt
+
+    code, err, out = _run(tmp_path, capsys, "--trials", 1)
+    assert code == 0, err
+    now = dt.datetime.now()
+    for s in range(0, 5):  # the names --fresh would pick in the next seconds already exist
+        stamp = (now + dt.timedelta(seconds=s)).strftime("%Y%m%d-%H%M%S")
+        (out / f"tiny.old-{stamp}").mkdir()
+        (out / f"tiny.old-{stamp}" / "keep").write_text("x")
+    code, err, _ = _run(tmp_path, capsys, "--trials", 1, "--fresh")
+    assert code == 0, err
+    assert len(list(out.glob("tiny.old-*"))) == 6 and all((p / "keep").exists() or (p / "trials.csv").exists() for p in out.glob("tiny.old-*"))
+
+
+def test_unreachable_ray_address_fails_fast_before_writing(tmp_path, capsys):
+    import time
+
+    t0 = time.perf_counter()
+    code, err, out = _run(tmp_path, capsys, "--runner", "ray", "--address", "127.0.0.1:1")
+    assert code == 2 and "nothing answers there" in _one_line(err)
+    assert time.perf_counter() - t0 < 30 and not out.exists()
+
+
+@pytest.mark.parametrize("what", ["dev-zero", "fifo"])
+def test_spec_file_that_never_ends_is_refused_at_once(tmp_path, what):
+    import subprocess
+    import sys
+
+    path = "/dev/zero" if what == "dev-zero" else str(tmp_path / "fifo")
+    if what == "fifo":
+        os.mkfifo(path)
+    p = subprocess.run([sys.executable, "-m", "nas_stab.cli", "validate", path], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "not a regular file" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -153,22 +153,31 @@ class RunDir:
         With `fresh`, an existing directory is moved aside to
         `<name>.old-<timestamp>` (never deleted: nothing a user ran is lost).
         """
-        root = Path(os.path.expanduser(str(out_root))).resolve()
-        path = (root / spec.name).resolve()
+        try:
+            root = Path(os.path.expanduser(str(out_root))).resolve()
+            path = (root / spec.name).resolve()
+        except (OSError, RuntimeError) as e:  # a symlink loop
+            raise RunError(f"cannot use {out_root} as the output directory: {e}") from None
         if path.parent != root:  # the name pattern forbids this; belt and braces
             raise RunError(f"run name {spec.name!r} would escape the output directory {root}")
         from nas_stab.spec import spec_hash
 
         h = spec_hash(spec)
         rd = cls(path)
-        if path.exists() and fresh:
-            rd._acquire()  # do not move a directory another driver is using
-            rd._release()
-            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            aside = path.with_name(f"{path.name}.old-{stamp}")
-            path.rename(aside)
-        path.mkdir(parents=True, exist_ok=True)
-        rd._acquire()
+        try:
+            if path.exists() and fresh:
+                rd._acquire()  # do not move a directory another driver is using
+                rd._release()
+                stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+                aside = path.with_name(f"{path.name}.old-{stamp}")
+                n = 1
+                while aside.exists() or aside.is_symlink():  # a second --fresh within the same second
+                    aside, n = path.with_name(f"{path.name}.old-{stamp}-{n}"), n + 1
+                path.rename(aside)
+            path.mkdir(parents=True, exist_ok=True)
+            rd._acquire()
+        except OSError as e:  # --out is a file, read-only, a symlink loop, a name too long...
+            raise RunError(f"cannot use {path} as the run directory: {e.strerror or e}") from None
         old = rd.read_meta()
         if old is not None and old.get("spec_hash") != h:
             rd._release()
@@ -182,7 +191,14 @@ class RunDir:
             atomic_write(path / "spec.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         else:
             rd._update_presentation(spec)
-        (path / "history").mkdir(exist_ok=True)
+        if (path / "history").exists() and not (path / "history").is_dir():
+            rd._release()
+            raise RunError(f"{path / 'history'} is not a directory; move the run directory aside or rerun with --fresh")
+        try:
+            (path / "history").mkdir(exist_ok=True)
+        except OSError as e:
+            rd._release()
+            raise RunError(f"cannot create {path / 'history'}: {e.strerror or e}") from None
         rd.tensorboard = spec.logging.tensorboard
         rd.repair()
         return rd
@@ -251,8 +267,10 @@ class RunDir:
             return None
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise RunError(f"{p} is corrupt ({e}); move the directory aside or rerun with --fresh") from None
+        except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
+            raise RunError(f"{p} is corrupt ({' '.join(str(e).split())}); move the directory aside or rerun with --fresh") from None
+        if data is not None and not isinstance(data, dict) or not isinstance((data or {}).get("meta") or {}, dict):
+            raise RunError(f"{p} is corrupt (not a mapping with meta); move the directory aside or rerun with --fresh")
         return (data or {}).get("meta") or {}
 
     def log(self, message: str) -> None:

@@ -106,7 +106,15 @@ def open_study(spec, rd):
     """
     from nas_stab.search.optuna_study import create_study
 
-    study = create_study(spec, spec.search.storage or rd.storage_url)
+    from nas_stab.errors import RunError
+
+    url = spec.search.storage or rd.storage_url
+    try:
+        study = create_study(spec, url)
+    except Exception as e:  # a damaged study.db, a database that refuses us: one line, not a traceback
+        msg = " ".join(str(e).split())[:300]
+        raise RunError(f"cannot open the Optuna storage {url}: {type(e).__name__}: {msg}; "
+                       "move the run directory aside or rerun with --fresh") from None
     rows = {r["key"]: r for r in rd.read_trials()}
     told = tell_recorded(spec, study, rows)
     if told:

@@ -172,6 +172,22 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
             raise KeyboardInterrupt()
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """RunError unless something listens at a HOST:PORT or ray://HOST:PORT address ('auto' is Ray's to find)."""
+    import socket
+
+    hostport = address[len("ray://"):] if is_client_address(address) else address
+    if address == "auto" or ":" not in hostport:
+        return
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        raise RunError(f"runner.address {address!r}: nothing answers there ({getattr(e, 'strerror', None) or e}); "
+                       "is the Ray head running and reachable from here?") from None
+
+
 def is_client_address(address: str | None) -> bool:
     """A Ray Client address (``ray://host:port``)."""
     return bool(address) and address.startswith("ray://")

@@ -56,6 +56,7 @@ def check_config(spec, ctx: Ctx) -> None:
     dev = t.device
     if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
         raise ctx.error(("train", "device"), f"must be auto, cpu, cuda or cuda:N, got {dev!r}")
+    _check_run_time_values(spec, ctx)
 
     from nas_stab.data import check_dataset
     from nas_stab.models import check_model
@@ -123,6 +124,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
         raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
 
+    _check_storage(s.storage, ctx)
     check_config(spec, ctx)
     # every searched value must make a valid configuration
     _check_space_values(spec, ctx)
@@ -203,3 +205,49 @@ def _check_space_values(spec, ctx: Ctx) -> None:
             culprit = culprit or next(iter(params))
             combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
             raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {e.key + ': ' if e.key else ''}{e.message}") from None
+
+
+# ---------------------------------------------------------------- values that would only fail at run time
+
+
+def _check_run_time_values(spec, ctx: Ctx) -> None:
+    """The device exists, the synthetic shape is one the data can take."""
+    dev = spec.train.device
+    if dev.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(dev[5:]) if dev.startswith("cuda:") else 0
+        if index >= n:
+            have = f"{n} CUDA device(s)" if n else "no CUDA (torch.cuda.is_available() is False)"
+            raise ctx.error(("train", "device"), f"{dev} asked, this machine has {have}; use auto or cpu")
+    shape = spec.task.dataset.shape
+    if len(shape) not in (1, 3) or any(v < 1 for v in shape) or math.prod(shape) > 10**7:
+        raise ctx.error(("task", "dataset", "shape"), f"must be (C, H, W) or (D,) of positive sizes, at most 10^7 values; got {list(shape)}")
+
+
+def _check_storage(url, ctx: Ctx) -> None:
+    """search.storage parses as an Optuna storage URL and its database driver is installed;
+    a SQLite or journal file's directory exists."""
+    if url is None:
+        return
+    from pathlib import Path
+
+    if url.startswith("journal://"):
+        path = Path(url[len("journal://"):]).expanduser()
+        if not path.parent.is_dir():
+            raise ctx.error(("search", "storage"), f"the journal file's directory {path.parent} does not exist")
+        return
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        u.get_dialect()  # imports the driver: an unknown scheme or a missing driver fails here
+    except Exception as e:  # sqlalchemy raises ArgumentError, NoSuchModuleError, ImportError...
+        raise ctx.error(("search", "storage"), f"not a usable storage URL {url!r} ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}); use sqlite:///path, postgresql://..., "
+                        "mysql://... or journal:///path") from None
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
+        parent = Path(u.database).expanduser().parent
+        if not parent.is_dir():
+            raise ctx.error(("search", "storage"), f"the SQLite file's directory {parent} does not exist")
