@@ -114,7 +114,7 @@ def test_transformer_post_ln_enc_and_dec_fwd_ratios_move_with_tau():
     text = """\
 name: t
 task: {{kind: translation, dataset: {{name: synthetic, size: 64}}}}
-model: {{arch: transformer, d_model: 16, enc_layers: 2, dec_layers: 2, dropout: 0.0, norm_position: post, tau: {tau}}}
+model: {{arch: transformer, d_model: 16, enc_layers: 2, dec_layers: 2, dropout: 0.0, norm: ln, norm_position: post, tau: {tau}}}
 train: {{lr: 0.001, batch_size: 16, steps: 1, optimizer: adam}}
 stability: {{probe_batch: 16, hessian: false}}
 search: {{objective: bleu}}
