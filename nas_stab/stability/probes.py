@@ -599,30 +599,36 @@ class Prober:
         gs = [g for _, g, _ in pairs]
         ss = None if scale is None else [s for _, _, s in pairs]
 
-        def apply(v):
-            u = v if ss is None else torch._foreach_mul(v, ss)
-            hv = torch.autograd.grad(gs, ps, grad_outputs=u, retain_graph=True, allow_unused=True)
-            hv = [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(ps, hv)]
-            return hv if ss is None else torch._foreach_mul(hv, ss)
+        # the Krylov basis as flat vectors: reorthogonalization is two matrix-vector products
+        shapes, sizes = [p.shape for p in ps], [p.numel() for p in ps]
+        flat_s = None if ss is None else torch.cat([t.reshape(-1) for t in ss])
 
-        v = self._start_vector(ps, [g.detach() for g in gs])
-        basis, alphas, betas = [v], [], []
+        def unflat(x):
+            return [t.view(sh) for t, sh in zip(torch.split(x, sizes), shapes)]
+
+        def apply(x):
+            u = x if flat_s is None else x * flat_s
+            hv = torch.autograd.grad(gs, ps, grad_outputs=unflat(u), retain_graph=True, allow_unused=True)
+            h = torch.cat([(torch.zeros_like(p) if t is None else t.detach()).reshape(-1) for p, t in zip(ps, hv)])
+            return h if flat_s is None else h * flat_s
+
+        v0 = torch.cat([t.reshape(-1) for t in self._start_vector(ps, [g.detach() for g in gs])])
+        basis = [v0 / v0.norm()]  # grows one vector per product: memory = products x parameters
+        alphas, betas = [], []
         theta_prev, theta, y = None, math.nan, None
         converged = False
         it = 0
         for it in range(1, self.hessian_iters + 1):
             w = apply(basis[-1])
-            a = float(_dot(basis[-1], w))
+            a = float(basis[-1] @ w)
             if not math.isfinite(a):
                 return math.inf, it, False
             alphas.append(a)
-            # w - a v_j - b_(j-1) v_(j-1), then full reorthogonalization against the basis
-            w = torch._foreach_add(w, basis[-1], alpha=-a)
-            if betas:
-                w = torch._foreach_add(w, basis[-2], alpha=-betas[-1])
-            for q in basis:
-                w = torch._foreach_add(w, q, alpha=-float(_dot(q, w)))
-            b = float(torch.stack(torch._foreach_norm(w)).norm()) if w else 0.0
+            # full reorthogonalization against the basis (twice: classical Gram-Schmidt, repeated)
+            Q = torch.stack(basis)
+            for _ in range(2):
+                w = w - Q.T @ (Q @ w)
+            b = float(w.norm())
             T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
             if len(alphas) > 1:
                 off = torch.tensor(betas, dtype=torch.float64)
@@ -639,12 +645,9 @@ class Prober:
                 break
             theta_prev = theta
             betas.append(b)
-            basis.append(torch._foreach_div(w, b))
-        k = len(alphas)
-        x = [torch.zeros_like(t) for t in basis[0]]
-        for c, q in zip(y.tolist(), basis[:k]):
-            x = torch._foreach_add(x, q, alpha=c)
-        self.eigvec = [t.detach() for t in _unit(x)]
+            basis.append(w / b)
+        x = y.to(basis[0].dtype) @ torch.stack(basis[: len(alphas)])
+        self.eigvec = [t.detach().clone() for t in unflat(x / x.norm())]
         return theta, it, converged
 
     def _start_vector(self, ps: list[torch.Tensor], gs: list[torch.Tensor]) -> list[torch.Tensor]:
