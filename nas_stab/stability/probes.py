@@ -599,7 +599,7 @@ class Prober:
         gs = [g for _, g, _ in pairs]
         ss = None if scale is None else [s for _, _, s in pairs]
 
-        # the Krylov basis as flat vectors: reorthogonalization is two matrix-vector products
+        # the Krylov basis as flat vectors (no copies: one dot product and one axpy per basis vector)
         shapes, sizes = [p.shape for p in ps], [p.numel() for p in ps]
         flat_s = None if ss is None else torch.cat([t.reshape(-1) for t in ss])
 
@@ -624,10 +624,13 @@ class Prober:
             if not math.isfinite(a):
                 return math.inf, it, False
             alphas.append(a)
-            # full reorthogonalization against the basis (twice: classical Gram-Schmidt, repeated)
-            Q = torch.stack(basis)
-            for _ in range(2):
-                w = w - Q.T @ (Q @ w)
+            # the three-term recurrence, then one full reorthogonalization pass against the basis
+            w = w - a * basis[-1]
+            if betas:
+                w = w - betas[-1] * basis[-2]
+            coef = torch.stack([q @ w for q in basis])
+            for c, q in zip(coef.tolist(), basis):
+                w.add_(q, alpha=-c)
             b = float(w.norm())
             T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
             if len(alphas) > 1:
