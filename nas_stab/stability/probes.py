@@ -1,42 +1,42 @@
-"""Probes on the fixed probe batch (SPEC 4): forward norms, gradient norms,
-update ratios and the top Hessian eigenvalue.
+"""Probes on the fixed probe batch: the stability metrics of docs/metrics.md.
 
 `Prober.snapshot()` is called at init, every `stability.every` steps and at
-the end. One snapshot costs one forward pass with hooks (per-block forward
-norms, and the model output "before"), one backward pass (per-layer gradient
-norms), one optimizer step that is undone afterwards and one more forward pass
-(the output "after": `update_ratio`, and per-layer ||dW|| / ||W||). When the
-Hessian is due, the power iteration runs on the loss of the first
-`stability.hessian_batch` examples of the probe batch (default 64 of 256): one
-more forward and a backward that keeps the gradient graph (create_graph=True),
-which every Hessian-vector product reuses. With `hessian_batch: 0` (or at
-least the probe batch's size) the snapshot's own backward keeps its graph and
-the sharpness is that of the whole probe batch.
+the end. One snapshot costs: one forward pass on the probe batch with hooks
+(each block's stream before its Norm, its scaled branch sum, the attention
+logits, the model output "before") and its backward pass (parameter gradients
+and the gradients with respect to each block's output); one forward and
+backward pass on the update batch (a fixed training batch); one optimizer step
+with those gradients, one forward pass on the probe batch (the output and loss
+"after"), and the step undone. When the Hessian is due, Lanczos runs on the
+loss of the first `stability.hessian_batch` examples of the probe batch
+(default 64 of 256): one more forward and a backward that keeps the gradient
+graph (create_graph=True), which every Hessian-vector product reuses. With
+`hessian_batch: 0` (or at least the probe batch's size) the snapshot's own
+backward keeps its graph.
 
 A snapshot never changes training: parameters, gradients (`.grad`), optimizer
 state, BatchNorm running statistics and the global RNG are exactly as before.
 
-Conventions (documented in the README):
+Conventions (docs/metrics.md):
 
 - probe mode: every module with batch statistics (BatchNorm) and its
   ancestors in training mode -- batch statistics, as in training -- every
   other module in eval mode (dropout, head dropout off); buffers restored.
-- `sharpness` is the eigenvalue of largest magnitude of the Hessian of the
-  training loss on the Hessian batch (the first `hessian_batch` examples of
-  the probe batch; BatchNorm uses that batch's statistics) with respect to all
-  trainable parameters, found by power iteration, *with its sign*: near a
-  saddle or a maximum the dominant eigenvalue can be negative, and then
-  `sharpness` (and `lr_sharpness`) are negative. The power iteration stops
-  when two successive Rayleigh quotients agree to `hessian_tol` (relative) or
-  after `hessian_iters` products; it starts from the previous estimate's
-  eigenvector (warm start, kept in training checkpoints), from the gradient
-  direction plus a fixed-seed random vector the first time.
+- `sharpness` is the largest algebraic eigenvalue of the Hessian of the
+  training loss on the Hessian batch with respect to all trainable
+  parameters (with Adam/AdamW, of the preconditioned Hessian), by Lanczos
+  with full reorthogonalization. It stops when two successive top Ritz values
+  agree to `hessian_tol` (relative) or after `hessian_iters` products; it
+  starts from the previous estimate's top Ritz vector (warm start, kept in
+  training checkpoints), from the gradient direction plus a fixed-seed
+  random vector the first time.
 - Why a sub-batch: a Hessian-vector product costs about twice a forward and
-  backward pass of its batch, so on all 256 probe examples it costs ~3
-  training steps (batch 128) and 20 products ~60 steps; on 64 examples ~1
-  step. The price: the top eigenvalue of a smaller batch's loss is larger
-  (sampling noise adds curvature); benchmarks/bench_probes.py
-  --accuracy measures it, and the README gives the figures.
+  backward pass of its batch; on 64 examples about one training step (batch
+  128). The price: the top eigenvalue of a smaller batch's loss is larger
+  (sampling noise adds curvature); benchmarks/bench_probes.py --accuracy
+  measures it.
+- Values: nan means undefined (a 0 denominator), inf an overflow; the
+  training loop leaves both out of its records.
 """
 from __future__ import annotations
 
