@@ -1,180 +1,93 @@
-"""Paper checks of the stability metrics, at initialization (no training).
+"""The papers' predictions about the stability metrics, measured (no training).
 
-    nice python scripts/paper_checks_stability.py [--seeds 5] [--quick]
+    nice python scripts/paper_checks_stability.py [--seeds 2]
 
-1. STAM (Figure 2, Theorem 1): the output norm of the first multi-branch
-   aggregation, relative to its input, is flat in C for STAM (alpha = 1/sqrt(C)),
-   grows like sqrt(C) for sum and shrinks like 1/sqrt(C) for average.
-   Measured as `fwd_ratio` of a one-block `mlp_resnet` with `skip: none`, so the
-   block output is relu(sum_k alpha_k B_k(h)) -- the paper's "output norm after
-   the first aggregation" (with the skip the identity dominates; shown too).
-   Expected log-log slopes in C: +0.5, 0, -0.5.
-2. tau (Zhang et al., Theorem 4 / Figure 1): across depths 3 to 1000 at width
-   128 (one linear map per branch, the paper's block), the forward norm grows
-   with depth for tau = L^-0.25 and stays bounded for 1/sqrt(L) and 1/L.
-3. Incremental explosion: `update_ratio` (the output change of one SGD step on
-   the probe batch, relative) grows with depth for an unscaled residual network
-   (tau = 1) and stays flat with tau = 1/sqrt(L).
-
-Every number is a median over seeds; the data is the offline digits set's
-fixed probe batch (256 examples). The functions are reused by
-tests/test_stability_papers.py with smaller settings.
+Prints, for each prediction that tests/test_stability_papers.py checks, the
+numbers measured through the code a run uses (`build_model`,
+`build_optimizer`, `Prober.snapshot` on the digits probe batch), beside the
+prediction. The settings are the tests' (docs/metrics.md explains each
+metric); `--seeds` sets how many seeds the seed-averaged checks use.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from nas_stab.models import build_model
-from nas_stab.spec import loads_spec
-from nas_stab.stability.probes import Prober
-from nas_stab.tasks import load_task
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-BASE = """\
-name: paper-check
-task: {{dataset: {{name: digits}}}}
-model: {{arch: mlp_resnet, depth: {depth}, width: {width}, branches: {branches}, branch_depth: {b},
-        aggregation: {agg}, tau: "{tau}", skip: {skip}}}
-train: {{optimizer: sgd, lr: {lr}, momentum: 0.0, batch_size: 128, steps: 1}}
-stability: {{probe_batch: {probe}, hessian: false}}
-"""
-
-_tasks: dict = {}
+from test_stability_papers import rms_over_seeds, slope, snap  # noqa: E402
 
 
-def model_and_task(seed: int, *, depth=1, width=128, branches=1, b=1, agg="stam", tau="1", skip="plain", lr=0.01, probe=256):
-    spec = loads_spec(BASE.format(depth=depth, width=width, branches=branches, b=b, agg=agg, tau=tau, skip=skip, lr=lr, probe=probe))
-    key = probe
-    if key not in _tasks:
-        _tasks[key] = load_task(spec, 0, torch.device("cpu"))
-    task = _tasks[key]
-    torch.manual_seed(seed)
-    return spec, build_model(spec, task.info), task
-
-
-def slope(xs, ys) -> float:
-    """Least-squares slope of log(y) against log(x)."""
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (c - my) for a, c in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
-
-
-# ---------------------------------------------------------------- 1. STAM
-
-
-def stam_fwd_ratios(Cs, seeds, *, width=256, b=2, skip="none", depth=1, probe=256) -> dict[str, list[float]]:
-    out = {}
-    for agg in ("sum", "avg", "stam"):
-        meds = []
-        for C in Cs:
-            vals = []
-            for s in seeds:
-                spec, model, task = model_and_task(s, depth=depth, width=width, branches=C, b=b, agg=agg, skip=skip, probe=probe)
-                norms, first_in = Prober(model, task, spec).forward_norms()
-                vals.append(norms[-1] / first_in)
-            meds.append(statistics.median(vals))
-        out[agg] = meds
-    return out
-
-
-# ---------------------------------------------------------------- 2. tau
-
-
-def tau_fwd_ratios(depths, taus, seeds, *, width=128, probe=256) -> dict[str, list[float]]:
-    out = {}
-    for tau in taus:
-        meds = []
-        for L in depths:
-            vals = []
-            for s in seeds:
-                spec, model, task = model_and_task(s, depth=L, width=width, b=1, tau=tau, probe=probe)
-                norms, first_in = Prober(model, task, spec).forward_norms()
-                vals.append(norms[-1] / first_in if math.isfinite(norms[-1]) else math.inf)
-                del model
-            meds.append(statistics.median(vals))
-        out[tau] = meds
-    return out
-
-
-# ---------------------------------------------------------------- 3. incremental explosion
-
-
-def update_ratios(depths, taus, seeds, *, lr, width=128, probe=256) -> dict[str, list[float]]:
-    out = {}
-    for tau in taus:
-        meds = []
-        for L in depths:
-            vals = []
-            for s in seeds:
-                spec, model, task = model_and_task(s, depth=L, width=width, b=1, tau=tau, lr=lr, probe=probe)
-                opt = torch.optim.SGD(model.parameters(), lr=lr)
-                vals.append(Prober(model, task, spec, hessian=False).snapshot(opt, 0)["update_ratio"])
-            meds.append(statistics.median(vals))
-        out[tau] = meds
-    return out
-
-
-def _row(name, vals, fmt="{:.3g}"):
-    return f"  {name:<12}" + "".join(f"{fmt.format(v):>10}" for v in vals)
+def _row(name, vals):
+    return f"  {name:<22}" + "".join(f"{v:>11.4g}" for v in vals)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="fewer sizes (a smoke test of the script)")
-    ap.add_argument("--lr", type=float, default=1e-4,
-                    help="SGD learning rate of check 3 (1e-4: a small, linear-regime update at depth 2 for both taus)")
+    ap.add_argument("--seeds", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(1)
     seeds = list(range(args.seeds))
     t0 = time.perf_counter()
-    print(f"torch {torch.__version__}; digits probe batch of 256; medians over seeds {seeds}\n")
+    Cs = [1, 2, 4, 8, 16]
 
-    # 1
-    Cs = [1, 2, 4, 8, 16] if args.quick else [1, 2, 4, 8, 16, 32, 64]
-    print("1. STAM Figure 2: fwd_ratio of a one-block mlp_resnet at init, width 256, branch_depth 2")
-    for skip, what in (("none", "skip: none -- relu(sum_k alpha_k B_k(h)), the paper's aggregated output"),
-                       ("plain", "skip: plain -- relu(h + sum_k alpha_k B_k(h)), for reference")):
-        r = stam_fwd_ratios(Cs, seeds, skip=skip)
-        print(f" {what}")
-        print(_row("C", Cs, "{}"))
-        for agg, vals in r.items():
-            print(_row(agg, vals) + f"   slope {slope(Cs, vals):+.3f}")
-        if skip == "none":
-            print("  expected slopes: sum +0.5, stam 0, avg -0.5  ->  "
-                  + ", ".join(f"{agg} {slope(Cs, v):+.2f}" for agg, v in r.items()))
-    print()
+    print("1. STAM Thm 1: fwd_ratio at init, one block, skip none, branch depth 2 (RMS over seeds)")
+    print("   predicted: slope in C +0.5 (sum), 0 (stam), -0.5 (avg)")
+    print(_row("C", Cs))
+    for agg in ("sum", "stam", "avg"):
+        v = [rms_over_seeds("fwd_ratio", seeds, branches=C, branch_depth=2, aggregation=agg, skip="none") for C in Cs]
+        print(_row(agg, v) + f"   slope {slope(Cs, v):+.3f}")
 
-    # 2
-    depths = [3, 10, 30, 100] if args.quick else [3, 10, 30, 100, 300, 1000]
-    taus = ["L^-0.25", "1/sqrt(L)", "1/L"]
-    print("2. tau paper Theorem 4 / Figure 1: forward norm at init (fwd_ratio = RMS of the last block's output / "
-          "RMS of the first block's input), width 128, one linear map per branch")
-    r = tau_fwd_ratios(depths, taus, seeds[:3])
-    print(_row("L", depths, "{}"))
-    for tau, vals in r.items():
-        fin = [(L, v) for L, v in zip(depths, vals) if math.isfinite(v)]
-        print(_row(tau, vals) + (f"   slope {slope(*zip(*fin)):+.3f}" if len(fin) > 1 else ""))
-    print("  expected: L^-0.25 grows with L (at least like L^(1/4), in fact like exp(c sqrt(L))); 1/sqrt(L) and 1/L bounded")
-    print()
+    print("\n2. STAM Thm 2: branch_grad_norm at init, width 128 (RMS over 3 x seeds)")
+    print("   predicted: ~sqrt(C) for sum (x4 over C = 1..16), flat for stam, falling for avg")
+    print(_row("C", Cs))
+    for agg in ("sum", "stam", "avg"):
+        v = [rms_over_seeds("branch_grad_norm", range(3 * len(seeds)), branches=C, branch_depth=2, aggregation=agg,
+                            skip="none", width=128) for C in Cs]
+        print(_row(agg, v) + f"   slope {slope(Cs, v):+.3f}, max/min {max(v) / min(v):.2f}")
 
-    # 3
-    depths3 = [2, 4, 8, 16, 32] if args.quick else [2, 4, 8, 16, 32, 64, 128]
-    taus3 = ["1", "1/sqrt(L)"]
-    print(f"3. incremental explosion: update_ratio of one SGD step (lr {args.lr:g}) at init, width 128")
-    r = update_ratios(depths3, taus3, seeds[:3], lr=args.lr)
-    print(_row("L", depths3, "{}"))
-    for tau, vals in r.items():
-        fin = [(L, v) for L, v in zip(depths3, vals) if math.isfinite(v)]
-        print(_row(f"tau={tau}", vals) + (f"   slope {slope(*zip(*fin)):+.3f}" if len(fin) > 1 else "")
-              + f"   max/min {max(v for _, v in fin) / min(v for _, v in fin):.3g}")
-    print("  expected: grows with L for tau = 1, flat for tau = 1/sqrt(L)")
-    print(f"\n({time.perf_counter() - t0:.0f}s)")
+    print("\n3. STAM A.4: update_norm of one SGD step (lr 1e-3), sum, branch depth 2")
+    print("   predicted: grows ~ b C^(1/b) = 2 sqrt(C) with stam_forward, flat with stam_update")
+    print(_row("C", Cs))
+    for init in ("stam_forward", "stam_update", "kaiming"):
+        v = [rms_over_seeds("update_norm", seeds, branches=C, branch_depth=2, aggregation="sum", init=init, skip="none",
+                            lr=0.001) for C in Cs]
+        print(_row(init, v) + f"   slope {slope(Cs, v):+.3f}")
+
+    depths = [3, 10, 30, 100, 300]
+    print("\n4. tau Thm 1: fwd_ratio at init against depth (seed 0)")
+    print("   predicted: explodes for L^-1/4, bounded for 1/sqrt(L)")
+    print(_row("L", depths))
+    for tau in ("L^-0.25", "1/sqrt(L)", "1/L"):
+        print(_row(tau, [snap(depth=L, tau=tau)["fwd_ratio"] for L in depths]))
+
+    print("\n5. post-LN (xskip_ln, depth 4): fwd_ratio with lambda (tau 1) and tau (lambda 1)")
+    print("   predicted: changes with both (before the LN)")
+    print(_row("lambda 1, 2, 3", [snap(depth=4, skip="xskip_ln", skip_lambda=k)["fwd_ratio"] for k in (1, 2, 3)]))
+    print(_row("tau 0.1, 1, 10", [snap(depth=4, skip="xskip_ln", tau=t)["fwd_ratio"] for t in (0.1, 1, 10)]))
+
+    depths = [2, 8, 32, 64]
+    print("\n6. incremental explosion: one Adam step (lr 1e-4) at init, update_norm / loss_drop against depth")
+    print("   predicted: grows with depth for tau = 1, bounded for tau = 1/sqrt(L) and DeepNorm")
+    print(_row("L", depths))
+    for name, kw in (("tau=1", dict(tau=1)), ("tau=1/sqrt(L)", dict(tau="1/sqrt(L)")), ("deepnorm", dict(skip="deepnorm"))):
+        s = [[snap(x, depth=L, lr=1e-4, opt="adam", **kw) for x in seeds] for L in depths]
+        print(_row(name + " update", [statistics.median(a["update_norm"] for a in r) for r in s]))
+        print(_row(name + " loss_drop", [statistics.median(a["loss_drop"] for a in r) for r in s]))
+
+    depths = [4, 16, 32, 48]
+    print("\n7. Path-BN Fig. 4: grad_ratio (hidden-stream gradients) at init, mlp width 32 in path space")
+    print("   predicted: grows fast with depth under BN, much less under Path-BN")
+    print(_row("L", depths))
+    for norm in ("bn", "path_bn"):
+        print(_row(norm, [snap(arch="mlp", depth=L, width=32, norm=norm, parametrization="path")["grad_ratio"]
+                          for L in depths]))
+    print(f"\n({time.perf_counter() - t0:.0f}s; eos_ratio against a dense Hessian: pytest tests/test_stability_papers.py -k eos)")
 
 
 if __name__ == "__main__":

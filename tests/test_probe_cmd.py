@@ -42,19 +42,25 @@ def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
     cols = rows[0].keys()
     for c in ("model.branches", "model.aggregation", "train.lr", "init_fwd_ratio", "init_grad_ratio", "init_update_ratio",
               "init_sharpness", "init_lr_sharpness", "final_fwd_ratio", "final_update_ratio", "final_sharpness",
-              "init_fwd_norm.0", "init_fwd_norm.1"):
+              "init_fwd_norm.0", "init_fwd_norm.1", "init_branch_ratio", "init_grad_norm", "init_branch_grad_norm",
+              "init_update_norm", "init_loss_drop", "init_eos_ratio", "final_eos_ratio", "final_loss_drop"):
         assert c in cols, c
+    for r in rows:  # no nan or inf: every metric is defined here
+        for c in cols:
+            assert r[c] not in ("nan", "inf", "-inf"), (c, r[c])
     # the learning rate does not change the network at init, only the update
     by = {(r["model.branches"], r["model.aggregation"], r["train.lr"]): r for r in rows}
     a, b = by[("4", "sum", "0.01")], by[("4", "sum", "0.1")]
     assert a["init_fwd_ratio"] == b["init_fwd_ratio"] and a["init_sharpness"] == b["init_sharpness"]
     assert float(b["init_update_ratio"]) > float(a["init_update_ratio"])
     assert float(by[("4", "sum", "0.01")]["init_fwd_ratio"]) > float(by[("4", "stam", "0.01")]["init_fwd_ratio"])
+    assert float(by[("4", "sum", "0.01")]["init_branch_grad_norm"]) > float(by[("4", "stam", "0.01")]["init_branch_grad_norm"])
+    assert float(b["init_eos_ratio"]) == pytest.approx(10 * float(a["init_eos_ratio"]), rel=1e-6)
     md = (run_dir / "probe.md").read_text()
     assert "| # | model.branches | model.aggregation | train.lr | status |" in md and "seed 3" in md
     assert md in capsys.readouterr().out  # printed too
     plots = sorted(p.name for p in (run_dir / "plots").iterdir())
-    assert "probe_fwd_norm.png" in plots and "probe_init_update_ratio.png" in plots and "probe_final_sharpness.png" in plots
+    assert plots == ["probe_final_metrics.png", "probe_fwd_norm.png", "probe_init_metrics.png"]
     for p in (run_dir / "plots").iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(x.name for x in run_dir.iterdir()) == sorted(["plots", "probe.csv", "probe.md", *kept])

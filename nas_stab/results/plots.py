@@ -325,11 +325,38 @@ def _thin(n: int, room_in: float, per_tick_in: float) -> int:
     return max(1, math.ceil(n / fit))
 
 
-def divergence_figure(a: Analysis):
-    """The Figure of `divergence_plot`, or None without cells."""
+def _dominant_why(a: Analysis, why) -> dict:
+    """{(row code, size code, lr code): the most frequent diverged_why label of the cell's diverged runs}.
+    `why`: one label per record of `a.records` (in order), or None to use its `diverged_why` column."""
+    rec = a.records
+    if why is None:
+        if "diverged_why" not in rec.columns:
+            return {}
+        why = rec["diverged_why"]
+    labels = pd.Series(list(why), index=rec.index).fillna("").astype(str).str.strip()
+    div = rec["_div"].astype(bool) & (labels != "") & (labels != "nan")
+    out = {}
+    for key, grp in labels[div].groupby([rec.loc[div, "_k"], rec.loc[div, "_s"], rec.loc[div, "_l"]]):
+        counts = grp.value_counts()
+        out[key] = sorted(counts.index[counts == counts.max()])[0]  # ties: alphabetical, deterministic
+    return out
+
+
+def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
+    """The Figure of `divergence_plot`, or None without cells.
+
+    `color_by="diverged_why"`: each cell with a diverged run is coloured by the
+    most frequent `diverged_why` label of its diverged runs (the shade still
+    the fraction diverged), with a legend of the labels; the labels come from
+    `why` (one per record of `a.records`) or the records' `diverged_why` column.
+    """
     cells = a.cells
     if cells.empty:
         return None
+    if color_by not in (None, "diverged_why"):
+        raise ValueError(f"divergence map: color_by must be None or 'diverged_why', not {color_by!r}")
+    dominant = _dominant_why(a, why) if color_by else {}
+    why_names = sorted(set(dominant.values()))
     st = a.settings
     lrs = np.sort(cells["lr"].unique())
     li = {v: i for i, v in enumerate(lrs)}
@@ -344,23 +371,29 @@ def divergence_figure(a: Analysis):
         panels = []
         for k, title in labels:
             grid = np.full((len(sizes), len(lrs)), np.nan)
+            wgrid = np.full(grid.shape, -1)
             sub = cells[cells["_k"] == k]
             si = {v: i for i, v in enumerate(sizes)}
-            for s, lr, f in zip(sub["_s"], sub["lr"], sub["frac_diverged"]):
+            for s, lc, lr, f in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"]):
                 grid[si[s], li[lr]] = f
-            panels.append((title, grid))
+                if (k, s, lc) in dominant:
+                    wgrid[si[s], li[lr]] = why_names.index(dominant[(k, s, lc)])
+            panels.append((title, grid, wgrid))
         ylabel = st.transfer_key
     else:  # no size axis: one map, row label x lr (rank 1 at the top)
         short = _short_keys(st.compare)
         row_text = []
         grid = np.full((len(labels), len(lrs)), np.nan)
+        wgrid = np.full(grid.shape, -1)
         for i, (k, _) in enumerate(labels):
             r = a.rows.loc[a.rows["_k"] == k].iloc[0]
             row_text.append(", ".join(fmt_value(r[c]) for c in st.compare) if st.compare else str(r["label"]))
             sub = cells[cells["_k"] == k]
-            for lr, f in zip(sub["lr"], sub["frac_diverged"]):
+            for s, lc, lr, f in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"]):
                 grid[i, li[lr]] = f
-        panels = [("", grid[::-1])]
+                if (k, s, lc) in dominant:
+                    wgrid[i, li[lr]] = why_names.index(dominant[(k, s, lc)])
+        panels = [("", grid[::-1], wgrid[::-1])]
         row_text = row_text[::-1]
         ylabel = ", ".join(short) if st.compare else ""
 
@@ -372,7 +405,7 @@ def divergence_figure(a: Analysis):
     rotate = n_cols * cell_w < sum(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 + 0.1 * n_cols
     bottom = 0.55 + (max(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 * 0.75 if rotate else 0.15)
     panel_w = max(3.0, n_cols * cell_w + left + 0.2)
-    title_lines = max((len(_wrap(t, panel_w - 0.2, _TITLE_PT).splitlines()) for t, _ in panels if t), default=0)
+    title_lines = max((len(_wrap(t, panel_w - 0.2, _TITLE_PT).splitlines()) for t, _, _ in panels if t), default=0)
     panel_h = max(2.2, n_rows * cell_h + bottom + 0.2 + 0.2 * title_lines)
     cols = max(1, min(_COLS, len(panels), int(16.0 // panel_w)))
     # at least 6.5 inches wide, so the figure title fits on one line
@@ -382,9 +415,23 @@ def divergence_figure(a: Analysis):
     x_step = _thin(n_cols, n_cols * cell_w, 0.17 if rotate else max(0.3, max(len(t) for t in lr_text) * 0.07))
     y_step = _thin(n_rows, n_rows * cell_h, 0.15)
     im = None
-    for ax, (title, grid) in zip(axes, panels):
-        im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="Reds", aspect="auto", origin="lower",
-                       interpolation="nearest")
+    why_colors = [_tab10(i) for i in range(len(why_names))] if color_by else []
+    for ax, (title, grid, wgrid) in zip(axes, panels):
+        if color_by:  # white -> the label's colour with the fraction diverged; light grey: tried, none diverged
+            rgba = np.zeros(grid.shape + (4,))
+            for (r, c), v in np.ndenumerate(grid):
+                if np.isnan(v):
+                    continue
+                if wgrid[r, c] >= 0:
+                    base = np.array(why_colors[wgrid[r, c]][:3])
+                    shade = 0.35 + 0.65 * v
+                    rgba[r, c] = (*(1 - shade + shade * base), 1.0)
+                else:
+                    rgba[r, c] = (0.93, 0.93, 0.93, 1.0)
+            ax.imshow(rgba, aspect="auto", origin="lower", interpolation="nearest")
+        else:
+            im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="Reds", aspect="auto", origin="lower",
+                           interpolation="nearest")
         xt = list(range(0, n_cols, x_step))
         ax.set_xticks(xt, [lr_text[i] for i in xt], fontsize=_TICK_PT, rotation=60 if rotate else 0,
                       ha="right" if rotate else "center", rotation_mode="anchor" if rotate else "default")
@@ -401,14 +448,27 @@ def divergence_figure(a: Analysis):
                             color="white" if v > 0.6 else "black")
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8 if len(axes) > 1 or n_rows > 3 else 1.0, label="fraction diverged")
-    _suptitle(fig, a, "divergence map: fraction of runs diverged (blank: not tried)", limit)
+    if color_by and why_names:
+        from matplotlib.patches import Patch
+
+        fig.legend(handles=[Patch(color=c, label=n) for n, c in zip(why_names, why_colors)], loc="lower right",
+                   fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
+    what = "coloured by why (shade: fraction diverged)" if color_by else "fraction of runs diverged"
+    _suptitle(fig, a, f"divergence map: {what} (blank: not tried)", limit)
     return fig
 
 
-def divergence_plot(a: Analysis) -> bytes | None:
+def _tab10(i: int):
+    import matplotlib
+
+    return matplotlib.colormaps["tab10"](i % 10)
+
+
+def divergence_plot(a: Analysis, color_by: str | None = None, why=None) -> bytes | None:
     """Fraction of runs diverged, size x learning rate, one panel per row label
-    (row label x learning rate in one map without a transfer axis)."""
-    fig = divergence_figure(a)
+    (row label x learning rate in one map without a transfer axis); with
+    `color_by="diverged_why"` each cell coloured by why its runs diverged."""
+    fig = divergence_figure(a, color_by, why)
     return None if fig is None else _png(fig)
 
 

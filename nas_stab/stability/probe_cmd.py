@@ -16,15 +16,18 @@ spec.yaml), so it can share a run's directory:
 - ``probe_fwd_norm.png``: forward RMS norm per block at init (block 0 is the
   first block's input), one line per size (the `leaderboard.transfer` key's
   values), one panel per `leaderboard.compare` label; the muP coordinate check.
-- ``probe_<metric>.png``: each metric against the size axis, one line per
-  compare label; log y when every value is positive. When another searched key
-  (a learning rate, say) changes a metric, one panel per value of it.
+- ``probe_init_metrics.png`` (and ``probe_final_metrics.png`` with --steps):
+  the coordinate check of every stability metric: one panel per metric, the
+  size axis on x, one line per row (a `leaderboard.compare` label, and the
+  value of any other searched key, a learning rate say), log-scaled y where
+  the values are positive. Flat lines: the metric does not change with size.
 
 Columns: ``init_<m>`` at init and, with --steps K, ``final_<m>`` after the K
-steps, for m in fwd_ratio, grad_ratio, update_ratio, sharpness, lr_sharpness,
-probe_loss; ``status`` is ok, nonfinite (a metric overflowed: `error` names the
-first non-finite quantity), invalid (the configuration breaks a rule) or failed
-(an exception). Exit code 0, or 1 if any configuration failed.
+steps, for every stability metric m of docs/metrics.md and probe_loss;
+``status`` is ok, nonfinite (a metric overflowed: `error` names the first
+non-finite quantity), invalid (the configuration breaks a rule) or failed (an
+exception). An undefined metric (a 0 denominator) is an empty cell. Exit code
+0, or 1 if any configuration failed.
 """
 from __future__ import annotations
 
@@ -39,9 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from nas_stab.errors import NasStabError, SpecError
+from nas_stab.metrics import STABILITY_METRICS
 
-METRICS = ("fwd_ratio", "grad_ratio", "update_ratio", "sharpness", "lr_sharpness")
+METRICS = STABILITY_METRICS
 EXTRA = ("probe_loss", "sharpness_iters", "sharpness_converged")
+# the columns of the printed table (probe.csv holds every metric)
+TABLE = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_ratio", "grad_norm", "grad_ratio", "update_norm",
+         "loss_drop", "eos_ratio", "attn_logit_max")
 CONTINUOUS_POINTS = 3
 INT_MAX_VALUES = 9
 
@@ -140,10 +147,7 @@ def probe_one(spec, seed: int, steps: int, tasks: _TaskCache | None = None) -> d
 
     def snap(prefix: str, step: int, final: bool) -> None:
         s = prober.snapshot(optimizer, step, final=final)
-        lr = optimizer.param_groups[0]["lr"]
-        if "sharpness" in s:
-            s["lr_sharpness"] = lr * s["sharpness"]
-        row[f"{prefix}lr"] = lr
+        row[f"{prefix}lr"] = optimizer.param_groups[0]["lr"]
         for k in METRICS + EXTRA:
             if k in s:
                 row[prefix + k] = s[k]
@@ -268,8 +272,8 @@ def _write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
 def _csv(v: Any) -> Any:
     if v is None:
         return ""
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else str(v)
+    if isinstance(v, float):  # nan: undefined, an empty cell; inf: an overflow (status nonfinite)
+        return repr(v) if math.isfinite(v) else ("" if math.isnan(v) else str(v))
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v)
     from nas_stab.results.csvsafe import escape_cell
@@ -282,7 +286,7 @@ def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: in
 
     import nas_stab
 
-    shown = ["init_" + m for m in METRICS] + (["final_" + m for m in METRICS] if steps else [])
+    shown = ["init_" + m for m in TABLE] + (["final_" + m for m in TABLE] if steps else [])
     shown = [c for c in shown if any(c in r for r in rows)]
     head = ["#", *keys, "status", *shown]
     lines = [
@@ -291,10 +295,11 @@ def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: in
         f"{len(rows)} configuration(s), seed {seed}; metrics on the fixed probe batch "
         f"({spec.stability.probe_batch} examples) at init"
         + (f" (`init_`) and after {steps} optimizer step(s) on it (`final_`)." if steps else " (`init_`)."),
-        "`sharpness` is the signed largest-magnitude Hessian eigenvalue (power iteration) of the loss on "
+        "`sharpness` is the top eigenvalue of the Hessian (Adam: preconditioned) of the loss on "
         + (f"the probe batch's first {spec.stability.hessian_batch} examples"
            if 0 < spec.stability.hessian_batch < spec.stability.probe_batch else "the probe batch")
-        + "; `lr_sharpness` = lr x sharpness (above 2: unstable along the top direction).",
+        + "; `eos_ratio` = sharpness / the optimizer's stability threshold (above 1: unstable along the top "
+        "direction). probe.csv has every metric; docs/metrics.md defines them.",
         "",
     ]
     for n in notes:
@@ -356,11 +361,61 @@ def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Pat
         written.append(p)
     prefixes = ["init_"] + (["final_"] if steps else [])
     for prefix in prefixes:
-        for m in METRICS:
-            p = _metric_plot(ok, prefix + m, size_key, compare, others, plots_dir / f"probe_{prefix}{m}.png", steps)
-            if p:
-                written.append(p)
+        p = _coordinate_check(ok, prefix, size_key, compare, others, plots_dir / f"probe_{prefix}metrics.png", steps)
+        if p:
+            written.append(p)
     return written
+
+
+def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, steps: int) -> Path | None:
+    """One panel per metric against the size axis, one line per row (compare label and other keys' values)."""
+    if size_key is None:
+        return None
+    names = [m for m in METRICS if any(isinstance(r.get(prefix + m), (int, float)) for r in rows)]
+    if not names:
+        return None
+    import matplotlib
+
+    line_keys = compare + others
+    labels = sorted({tuple(r.get(k) for k in line_keys) for r in rows}, key=lambda t: tuple(_sort_key(v) for v in t))
+    cmap = matplotlib.colormaps["tab10"]
+    colors = {lab: cmap(i % 10) for i, lab in enumerate(labels)}
+    sizes = [r.get(size_key) for r in rows]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sizes)
+    log_x = numeric and all(v > 0 for v in sizes) and max(sizes) / min(sizes) >= 4
+    cats = sorted(set(sizes), key=_sort_key)
+    fig, axes = _figure(len(names), w=3.6, h=2.8, cols=4)
+    for ax, m in zip(axes, names):
+        key = prefix + m
+        finite = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        for lab in labels:
+            pts = sorted(((r.get(size_key), float(r[key])) for r in rows
+                          if tuple(r.get(k) for k in line_keys) == lab and isinstance(r.get(key), (int, float))),
+                         key=lambda p: _sort_key(p[0]))
+            if not pts:
+                continue
+            xs = [p[0] if numeric else cats.index(p[0]) for p in pts]
+            ys = [p[1] if math.isfinite(p[1]) else math.nan for p in pts]
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.4, color=colors[lab], label=_label(dict(zip(line_keys, lab)), line_keys))
+        if finite and all(v > 0 for v in finite):
+            _log_y(ax, finite)
+        if m == "eos_ratio":
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        if log_x:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(cats)
+            ax.set_xticklabels([_fmt(c) for c in cats])
+        elif not numeric:
+            ax.set_xticks(range(len(cats)))
+            ax.set_xticklabels([_fmt(c) for c in cats])
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel(size_key, fontsize=8)
+        ax.grid(alpha=0.3, which="major")
+    axes[0].legend(fontsize=6, loc="best")
+    when = "at init" if prefix == "init_" else f"after {steps} step(s) on the probe batch"
+    fig.suptitle(f"stability metrics {when} against {size_key} (coordinate check: flat lines = stable across sizes)",
+                 fontsize=10)
+    return _save(fig, path)
 
 
 def _label(r: dict, keys: list[str]) -> str:
@@ -502,57 +557,4 @@ def _fwd_norm_plot(rows, size_key, compare, others, path: Path) -> Path | None:
             ax.set_ylim(lo / 1.5, hi * 1.5)
     axes[0].legend(fontsize=7, loc="best", title=size_key, title_fontsize=7)
     fig.suptitle("forward norm per block at initialization (coordinate check: flat lines across sizes = stable)", fontsize=10)
-    return _save(fig, path)
-
-
-def _metric_plot(rows, metric: str, size_key, compare, others, path: Path, steps: int) -> Path | None:
-    have = [r for r in rows if isinstance(r.get(metric), (int, float))]
-    if not have or size_key is None:
-        return None
-    panels = _panels(have, [], others, lambda r: (tuple(r.get(k) for k in compare), r.get(size_key), r.get(metric)))
-    panels = panels[:12]
-    fig, axes = _figure(len(panels))
-    labels = sorted({tuple(r.get(k) for k in compare) for r in have}, key=lambda t: tuple(_sort_key(v) for v in t))
-    cmap = __import__("matplotlib").colormaps["tab10"]
-    colors = {lab: cmap(i % 10) for i, lab in enumerate(labels)}
-    finite = [float(r[metric]) for r in have if math.isfinite(r[metric])]
-    positive = bool(finite) and all(v > 0 for v in finite)
-    log_y = positive and max(finite) / min(finite) > 3
-    sizes = [r.get(size_key) for r in have]
-    numeric = all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in sizes)
-    log_x = numeric and all(s > 0 for s in sizes) and max(sizes) / min(sizes) >= 4
-    cats = sorted(set(sizes), key=_sort_key)
-    for ax, (title, rs) in zip(axes, panels):
-        for lab in labels:
-            pts = sorted(((r.get(size_key), float(r[metric])) for r in rs if tuple(r.get(k) for k in compare) == lab),
-                         key=lambda p: _sort_key(p[0]))
-            if not pts:
-                continue
-            xs = [p[0] if numeric else cats.index(p[0]) for p in pts]
-            ys = [p[1] for p in pts]
-            yplot = [y if math.isfinite(y) else math.nan for y in ys]
-            ax.plot(xs, yplot, marker="o", ms=4, lw=1.6, color=colors[lab], label=_label(dict(zip(compare, lab)), compare))
-            for x, y in zip(xs, ys):  # an overflow is data: mark it at the top of the panel
-                if not math.isfinite(y):
-                    ax.annotate("inf", (x, 1.0), xycoords=("data", "axes fraction"), ha="center", va="top",
-                                color=colors[lab], fontsize=8)
-        if log_x:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(sorted(set(cats)))
-            ax.set_xticklabels([_fmt(c) for c in sorted(set(cats))])
-        elif not numeric:
-            ax.set_xticks(range(len(cats)))
-            ax.set_xticklabels([_fmt(c) for c in cats])
-        if log_y:
-            _log_y(ax, finite)
-        if metric.endswith("lr_sharpness"):
-            ax.axhline(2.0, color="grey", lw=0.8, ls="--", label="lr x sharpness = 2")
-        ax.set_xlabel(size_key)
-        ax.set_ylabel(metric)
-        if title != "all":
-            ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3, which="major")
-    axes[0].legend(fontsize=7, loc="best")
-    when = "at init" if metric.startswith("init_") else f"after {steps} step(s) on the probe batch"
-    fig.suptitle(f"{metric.split('_', 1)[1]} {when} against {size_key}", fontsize=10)
     return _save(fig, path)

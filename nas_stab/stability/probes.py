@@ -1,42 +1,42 @@
-"""Probes on the fixed probe batch (SPEC 4): forward norms, gradient norms,
-update ratios and the top Hessian eigenvalue.
+"""Probes on the fixed probe batch: the stability metrics of docs/metrics.md.
 
 `Prober.snapshot()` is called at init, every `stability.every` steps and at
-the end. One snapshot costs one forward pass with hooks (per-block forward
-norms, and the model output "before"), one backward pass (per-layer gradient
-norms), one optimizer step that is undone afterwards and one more forward pass
-(the output "after": `update_ratio`, and per-layer ||dW|| / ||W||). When the
-Hessian is due, the power iteration runs on the loss of the first
-`stability.hessian_batch` examples of the probe batch (default 64 of 256): one
-more forward and a backward that keeps the gradient graph (create_graph=True),
-which every Hessian-vector product reuses. With `hessian_batch: 0` (or at
-least the probe batch's size) the snapshot's own backward keeps its graph and
-the sharpness is that of the whole probe batch.
+the end. One snapshot costs: one forward pass on the probe batch with hooks
+(each block's stream before its Norm, its scaled branch sum, the attention
+logits, the model output "before") and its backward pass (parameter gradients
+and the gradients with respect to each block's output); one forward and
+backward pass on the update batch (a fixed training batch); one optimizer step
+with those gradients, one forward pass on the probe batch (the output and loss
+"after"), and the step undone. When the Hessian is due, Lanczos runs on the
+loss of the first `stability.hessian_batch` examples of the probe batch
+(default 64 of 256): one more forward and a backward that keeps the gradient
+graph (create_graph=True), which every Hessian-vector product reuses. With
+`hessian_batch: 0` (or at least the probe batch's size) the snapshot's own
+backward keeps its graph.
 
 A snapshot never changes training: parameters, gradients (`.grad`), optimizer
 state, BatchNorm running statistics and the global RNG are exactly as before.
 
-Conventions (documented in the README):
+Conventions (docs/metrics.md):
 
 - probe mode: every module with batch statistics (BatchNorm) and its
   ancestors in training mode -- batch statistics, as in training -- every
   other module in eval mode (dropout, head dropout off); buffers restored.
-- `sharpness` is the eigenvalue of largest magnitude of the Hessian of the
-  training loss on the Hessian batch (the first `hessian_batch` examples of
-  the probe batch; BatchNorm uses that batch's statistics) with respect to all
-  trainable parameters, found by power iteration, *with its sign*: near a
-  saddle or a maximum the dominant eigenvalue can be negative, and then
-  `sharpness` (and `lr_sharpness`) are negative. The power iteration stops
-  when two successive Rayleigh quotients agree to `hessian_tol` (relative) or
-  after `hessian_iters` products; it starts from the previous estimate's
-  eigenvector (warm start, kept in training checkpoints), from the gradient
-  direction plus a fixed-seed random vector the first time.
+- `sharpness` is the largest algebraic eigenvalue of the Hessian of the
+  training loss on the Hessian batch with respect to all trainable
+  parameters (with Adam/AdamW, of the preconditioned Hessian), by Lanczos
+  with full reorthogonalization. It stops when two successive top Ritz values
+  agree to `hessian_tol` (relative) or after `hessian_iters` products; it
+  starts from the previous estimate's top Ritz vector (warm start, kept in
+  training checkpoints), from the gradient direction plus a fixed-seed
+  random vector the first time.
 - Why a sub-batch: a Hessian-vector product costs about twice a forward and
-  backward pass of its batch, so on all 256 probe examples it costs ~3
-  training steps (batch 128) and 20 products ~60 steps; on 64 examples ~1
-  step. The price: the top eigenvalue of a smaller batch's loss is larger
-  (sampling noise adds curvature); benchmarks/bench_probes.py
-  --accuracy measures it, and the README gives the figures.
+  backward pass of its batch; on 64 examples about one training step (batch
+  128). The price: the top eigenvalue of a smaller batch's loss is larger
+  (sampling noise adds curvature); benchmarks/bench_probes.py --accuracy
+  measures it.
+- Values: nan means undefined (a 0 denominator), inf an overflow; the
+  training loop leaves both out of its records.
 """
 from __future__ import annotations
 
@@ -599,30 +599,39 @@ class Prober:
         gs = [g for _, g, _ in pairs]
         ss = None if scale is None else [s for _, _, s in pairs]
 
-        def apply(v):
-            u = v if ss is None else torch._foreach_mul(v, ss)
-            hv = torch.autograd.grad(gs, ps, grad_outputs=u, retain_graph=True, allow_unused=True)
-            hv = [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(ps, hv)]
-            return hv if ss is None else torch._foreach_mul(hv, ss)
+        # the Krylov basis as flat vectors (no copies: one dot product and one axpy per basis vector)
+        shapes, sizes = [p.shape for p in ps], [p.numel() for p in ps]
+        flat_s = None if ss is None else torch.cat([t.reshape(-1) for t in ss])
 
-        v = self._start_vector(ps, [g.detach() for g in gs])
-        basis, alphas, betas = [v], [], []
+        def unflat(x):
+            return [t.view(sh) for t, sh in zip(torch.split(x, sizes), shapes)]
+
+        def apply(x):
+            u = x if flat_s is None else x * flat_s
+            hv = torch.autograd.grad(gs, ps, grad_outputs=unflat(u), retain_graph=True, allow_unused=True)
+            h = torch.cat([(torch.zeros_like(p) if t is None else t.detach()).reshape(-1) for p, t in zip(ps, hv)])
+            return h if flat_s is None else h * flat_s
+
+        v0 = torch.cat([t.reshape(-1) for t in self._start_vector(ps, [g.detach() for g in gs])])
+        basis = [v0 / v0.norm()]  # grows one vector per product: memory = products x parameters
+        alphas, betas = [], []
         theta_prev, theta, y = None, math.nan, None
         converged = False
         it = 0
         for it in range(1, self.hessian_iters + 1):
             w = apply(basis[-1])
-            a = float(_dot(basis[-1], w))
+            a = float(basis[-1] @ w)
             if not math.isfinite(a):
                 return math.inf, it, False
             alphas.append(a)
-            # w - a v_j - b_(j-1) v_(j-1), then full reorthogonalization against the basis
-            w = torch._foreach_add(w, basis[-1], alpha=-a)
+            # the three-term recurrence, then one full reorthogonalization pass against the basis
+            w = w - a * basis[-1]
             if betas:
-                w = torch._foreach_add(w, basis[-2], alpha=-betas[-1])
-            for q in basis:
-                w = torch._foreach_add(w, q, alpha=-float(_dot(q, w)))
-            b = float(torch.stack(torch._foreach_norm(w)).norm()) if w else 0.0
+                w = w - betas[-1] * basis[-2]
+            coef = torch.stack([q @ w for q in basis])
+            for c, q in zip(coef.tolist(), basis):
+                w.add_(q, alpha=-c)
+            b = float(w.norm())
             T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
             if len(alphas) > 1:
                 off = torch.tensor(betas, dtype=torch.float64)
@@ -639,12 +648,9 @@ class Prober:
                 break
             theta_prev = theta
             betas.append(b)
-            basis.append(torch._foreach_div(w, b))
-        k = len(alphas)
-        x = [torch.zeros_like(t) for t in basis[0]]
-        for c, q in zip(y.tolist(), basis[:k]):
-            x = torch._foreach_add(x, q, alpha=c)
-        self.eigvec = [t.detach() for t in _unit(x)]
+            basis.append(w / b)
+        x = y.to(basis[0].dtype) @ torch.stack(basis[: len(alphas)])
+        self.eigvec = [t.detach().clone() for t in unflat(x / x.norm())]
         return theta, it, converged
 
     def _start_vector(self, ps: list[torch.Tensor], gs: list[torch.Tensor]) -> list[torch.Tensor]:
