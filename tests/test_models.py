@@ -311,3 +311,27 @@ def test_scalar_parameters_follow_weight_decay_unless_told(train, decay):
     before = net.tau.value.item()
     opt.step()
     assert net.tau.value.item() == pytest.approx(before * (1 - 0.1 * 0.1 * decay), rel=1e-6)
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_preact_branches_equal_a_loop_over_branches(conv):
+    """Pre-activation MultiBranch (C = 3, b = 3): one shared BN-ReLU on the input, then per
+    branch conv, BN-ReLU, conv, BN-ReLU, conv; alpha-weighted sum, as C separate branches."""
+    C, ch, b = 3, 4, 3
+    torch.manual_seed(0)
+    mb = MultiBranch(ch, [(3 if conv else 0, ch, 1)] * b, C=C, alpha=0.6, norm="bn", preact=True)
+    x = torch.randn(6, ch, 5, 5) if conv else torch.randn(6, ch)
+    a = F.relu(_bn(x, mb.norms[0]))
+    ref = 0
+    for k in range(C):
+        sl = slice(k * ch, (k + 1) * ch)
+        h = a
+        for i, layer in enumerate(mb.layers):
+            if i > 0:
+                nm = mb.norms[i]
+                h = F.relu(F.batch_norm(h, None, None, nm.weight[sl], nm.bias[sl], training=True))
+            w = layer.weight[sl]
+            h = F.conv2d(h, w, padding=1) if conv else F.linear(h, w)
+        ref = ref + 0.6 * h
+    torch.testing.assert_close(mb(x), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mb(a, preactivated=True), ref, rtol=1e-5, atol=1e-5)

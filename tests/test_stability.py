@@ -486,10 +486,11 @@ def test_snapshot_flags_a_nonfinite_block():
 
 
 def test_a_diverging_run_says_what_went_nonfinite_first():
-    """Sum of 8 branches at lr 100: a block's output overflows in training; only
-    non-finite values trip the rule here (loss_factor 1e30)."""
+    """Sum of 32 branches at lr 100: a block's output overflows in training; only
+    non-finite values trip the rule here (loss_factor 1e30). (8 branches did,
+    before mlp_resnet's input layer was calibrated to standardized inputs.)"""
     text = (DIGITS.replace("lr: 0.05", "lr: 100.0").replace("aggregation: stam", "aggregation: sum")
-            .replace("branches: 2", "branches: 8").replace("every: 5", "every: 0").replace("steps: 12", "steps: 40")
+            .replace("branches: 2", "branches: 32").replace("every: 5", "every: 0").replace("steps: 12", "steps: 40")
             .replace("hessian: true", "hessian: false, divergence: {loss_factor: 1.0e+30}"))
     r = train_run(loads_spec(text), 0)
     assert r.status == "diverged" and r.diverged_step == 3, (r.diverged_step, r.error)
@@ -497,7 +498,8 @@ def test_a_diverging_run_says_what_went_nonfinite_first():
 
 
 def test_probe_step_that_overflows_marks_the_run_diverged_at_init():
-    text = DIGITS.replace("lr: 0.05", "lr: 1.0e+5").replace("hessian: true", "hessian: false, divergence: {loss_factor: 1.0e+30}")
+    text = (DIGITS.replace("lr: 0.05", "lr: 1.0e+5").replace("aggregation: stam", "aggregation: sum")  # sum of 8: overflows
+            .replace("branches: 2", "branches: 8").replace("hessian: true", "hessian: false, divergence: {loss_factor: 1.0e+30}"))
     r = train_run(loads_spec(text), 0)
     assert r.status == "diverged" and r.diverged_step == 0
     assert r.error.startswith("non-finite model output after one update step"), r.error

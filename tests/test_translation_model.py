@@ -363,6 +363,8 @@ def test_hessian_vector_product_under_math_kernel():
     ({"parametrization": "path"}, "model.parametrization"),
     ({"skip": "xskip_ln", "skip_norm": "bn"}, "model.skip_norm"),
     ({"init": "fixup"}, "model.init"),
+    ({"init": "stam_forward"}, "model.init"),
+    ({"block": "preact"}, "model.block"),
     ({"skip": "deepnorm", "norm_position": "pre"}, "model.norm_position"),
     ({"d_model": 30, "branches": 4}, "model.head_dim"),
     ({"branch_depth": 2}, "model.branch_depth"),
