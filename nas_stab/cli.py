@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except OSError as e:  # a full disk, a read-only or unusable --out: one line, never a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -166,16 +166,22 @@ class Space:
 
     # -- compilation -------------------------------------------------------
 
-    def grid(self, base: Callable[[str], Any]) -> list[dict[str, Any]]:
+    def grid(self, base: Callable[[str], Any], limit: int | None = None) -> list[dict[str, Any]]:
         """Enumerate every configuration (conditions respected, duplicates removed).
 
-        `base(key)` returns the base configuration's value of a dotted key.
+        `base(key)` returns the base configuration's value of a dotted key. With
+        `limit`, raises GridTooLarge as soon as more than `limit` points are found
+        (each point is one leaf of the enumeration: the work is bounded by `limit`).
         """
         out: list[dict[str, Any]] = []
         seen: set = set()
+        leaves = [0]
 
         def rec(i: int, params: dict[str, Any]) -> None:
             if i == len(self.dims):
+                leaves[0] += 1
+                if limit is not None and leaves[0] > limit:
+                    raise GridTooLarge(limit, product_size(self))
                 sig = tuple(sorted((k, _sig(v)) for k, v in params.items()))
                 if sig not in seen:
                     seen.add(sig)
@@ -197,7 +203,7 @@ class Space:
     def values_of(d: Dimension) -> tuple:
         if d.kind == "int":
             step = d.step or 1
-            return tuple(range(int(d.low), int(d.high) + 1, step))
+            return range(int(d.low), int(d.high) + 1, step)  # lazy: its length is arithmetic
         if not d.discrete:
             raise ValueError(f"{d.key} is continuous and has no grid")
         return d.values
@@ -216,6 +222,19 @@ class Space:
         if not self.discrete:
             return None
         return len(self.grid(base))
+
+
+class GridTooLarge(ValueError):
+    """A grid with more points than a limit (`Space.grid(base, limit)`)."""
+
+    def __init__(self, limit: int, bound: int):
+        self.limit, self.bound = limit, bound
+        super().__init__(f"the grid has more than {limit} points per seed (up to {bound:.3g} before conditions); "
+                         f"the limit is {limit}")
+
+
+MAX_GRID_COUNT = 100_000  # points of one grid / log_grid dimension
+MAX_BOUND = 10**9  # ends of grid, int, uniform dimensions
 
 
 def _sig(v: Any) -> Any:
@@ -255,6 +274,8 @@ def _pair(x: Any, n: int, what: str, path: tuple, err) -> list:
     for v in x:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise err(path, f"{what} takes numbers, got {v!r}")
+        if abs(v) > MAX_BOUND:
+            raise err(path, f"{what} takes numbers between -{MAX_BOUND:g} and {MAX_BOUND:g}, got {v!r}")
     return x
 
 
@@ -307,8 +328,8 @@ def _parse_dim(key: str, spec: Any, path: tuple, err, is_key) -> Dimension:
         return Dimension(key, kind, tuple(uniq), when=when)
     if kind in ("log_grid", "grid"):
         lo, hi, n = _pair(body, 3, kind, p, err)
-        if isinstance(n, float) and not n.is_integer() or n < 1:
-            raise err(p, f"the third entry is a count >= 1, got {n!r}")
+        if isinstance(n, float) and not n.is_integer() or not 1 <= n <= MAX_GRID_COUNT:
+            raise err(p, f"the third entry is a count from 1 to {MAX_GRID_COUNT}, got {n!r}")
         n = int(n)
         if hi < lo:
             raise err(p, f"low {lo} is above high {hi}")
@@ -379,4 +400,4 @@ def product_size(space: Space) -> int:
     return n
 
 
-__all__ = ["Dimension", "Space", "parse_space", "product_size"]
+__all__ = ["Dimension", "GridTooLarge", "Space", "parse_space", "product_size"]

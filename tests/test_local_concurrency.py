@@ -114,7 +114,8 @@ def test_a_worker_that_dies_mid_run_fails_that_run_only():
     from nas_stab.search.local_pool import WorkerPool
     from nas_stab.spec import loads_spec
 
-    spec = loads_spec(spec_text(train={"threads": 1, "eval_every": 5}, space={"train.steps": [2000, 20]}))
+    spec = loads_spec(spec_text(train={"threads": 1, "eval_every": 5}, space={"train.steps": [2000, 20]},
+                                runner={"max_failures": 0}))  # no retry (see test_a_dead_workers_run_is_retried)
     resolved: dict = {}
     long_job, short_job = plan.grid_jobs(spec, resolved=resolved)
 
@@ -133,12 +134,52 @@ def test_a_worker_that_dies_mid_run_fails_that_run_only():
         pool.submit("long", Trial(), long_job.params, 0, resolved[long_job.key])
         [(tag, result, tb)] = pool.wait()
         assert (tag, result.status) == ("long", "failed") and "worker process died" in result.error
+        assert "gave up after 1 failure(s), runner.max_failures=0" in result.error
         assert Trial.reports  # it was training
         quiet = type("Quiet", (), {"report": lambda self, v, s: None, "should_prune": lambda self: False})()
         pool.submit("short", quiet, short_job.params, 0, resolved[short_job.key])  # on a fresh worker
         [(tag, result, tb)] = pool.wait()
         assert (tag, result.status, result.steps) == ("short", "complete", 20)
         assert pool._workers[0].process.pid != pid
+
+
+def test_a_dead_workers_run_is_retried_up_to_max_failures(tmp_path, monkeypatch):
+    """A worker SIGKILLed mid-run (NAS_STAB_FAULT=worker-kill: the first worker to report kills
+    itself, once) under concurrency 2: the run is trained again on a fresh worker, as the Ray
+    runner retries, and the table is complete (with runner.max_failures 0 the run fails: the test above)."""
+    marker = tmp_path / "killed-once"
+    monkeypatch.setenv("NAS_STAB_FAULT", f"worker-kill:{marker}")
+    text = spec_text(train={"threads": 1, "steps": 20, "eval_every": 5}, stability={"every": 0, "hessian": False},
+                     space={"model.branches": [1, 2, 3]}, runner={"concurrency": 2})
+    d = run_local_text(text, tmp_path / "retry")
+    counts = {s: [r["status"] for r in rows(d)].count(s) for s in {r["status"] for r in rows(d)}}
+    assert marker.exists(), "no worker was killed"
+    assert counts == {"complete": 3}, counts
+    assert [r["status"] for r in rows(d)] == ["complete"] * 3
+    assert "worker process died (exit code -9) during a run; training it again" in (d / "log.txt").read_text()
+    study = study_of(type("S", (), {"name": "tiny"}), d)
+    assert sorted(t.state.name for t in study.trials) == ["COMPLETE"] * 3
+
+
+def test_workers_started_are_at_most_the_runs_left(tmp_path, monkeypatch):
+    from nas_stab.search import local_pool
+
+    started = []
+
+    class Stop(Exception):
+        pass
+
+    def init(self, spec, n, log=None):
+        started.append(n)
+        raise Stop  # how many were asked for is all this test needs
+
+    monkeypatch.setattr(local_pool.WorkerPool, "__init__", init)
+    text = spec_text(train={"threads": 1, "steps": 5}, stability={"every": 0, "hessian": False},
+                     space={"model.branches": [1, 2]}, runner={"concurrency": 16})
+    for i, t in enumerate([text, spec_text(text, search={"sampler": "random", "trials": 3})]):
+        with pytest.raises(Stop):
+            run_local_text(t, tmp_path / str(i))
+    assert started == [2, 3]
 
 
 def _descendants(pid: int) -> list[int]:

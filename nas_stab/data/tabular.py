@@ -62,8 +62,14 @@ def _idx_candidates(root: Path, stem: str) -> list[Path]:
 
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped); DataError on truncation or a bad header."""
+    from nas_stab.data.safeio import read_capped
+
     try:
-        raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                raw = read_capped(f, str(path))
+        else:
+            raw = path.read_bytes()
     except (OSError, EOFError) as e:
         raise DataError(f"{path}: cannot read ({e})") from None
     if len(raw) < 4:
@@ -101,6 +107,8 @@ def _mnist_pair(root: Path, prefix: str, required: bool):
         raise DataError(f"{ip}: images {xi.shape} do not match labels {yl.shape} in {lp}")
     if len(xi) == 0:
         raise DataError(f"{ip}: empty split")
+    if int(yl.max()) > 9:
+        raise DataError(f"{lp}: label {int(yl.max())} outside MNIST's classes 0..9")
     return xi, yl
 
 

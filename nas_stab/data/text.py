@@ -86,8 +86,10 @@ def read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file (gzipped if it ends in .gz); DataError naming the file."""
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                text = f.read()
+            from nas_stab.data.safeio import read_capped
+
+            with gzip.open(path, "rb") as f:
+                text = read_capped(f, str(path)).decode("utf-8")
         else:
             text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

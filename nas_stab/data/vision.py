@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from nas_stab.data import DATASETS, DataInfo, cache_dir, resolve_root
+from nas_stab.data.safeio import read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError
 
@@ -87,12 +88,13 @@ _CIFAR = {
 
 
 def _read_cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    from nas_stab.data.safeio import load_array_pickle
+
     try:
-        with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
+        d = load_array_pickle(path)  # restricted: arrays, lists and numbers only, never code
         data = np.asarray(d[b"data"], dtype=np.uint8)
         labels = np.asarray(d[label_key], dtype=np.int64)
-    except (OSError, EOFError, pickle.UnpicklingError, KeyError, ValueError, TypeError) as e:
+    except (OSError, EOFError, pickle.UnpicklingError, KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
         raise DataError(f"{path}: not a readable CIFAR batch ({type(e).__name__}: {e})") from None
     if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
         raise DataError(f"{path}: expected N x 3072 images with N labels, got {data.shape} and {labels.shape} (truncated?)")
@@ -178,7 +180,7 @@ def _iter_files(root: Path):
                     where = _place(m.name) if m.isfile() else None
                     if where:
                         f = tf.extractfile(m)
-                        data = f.read() if f is not None else b""
+                        data = read_capped(f, f"{root}:{m.name}") if f is not None else b""
                         if len(data) != m.size:
                             raise DataError(f"{root}: member {m.name} is truncated ({len(data)} of {m.size} bytes)")
                         yield f"{root}:{m.name}", where[0], where[1], data

@@ -289,7 +289,9 @@ def to_csv(a: Analysis, provenance: Provenance) -> str:
         df.loc[a.rows["best_lr"].isna().to_numpy(), "best_size"] = ""
     buf = io.StringIO()
     buf.write(_csv_header(provenance, a))
-    df.to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
+
+    escape_frame(df).to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     return buf.getvalue()
 
 
@@ -304,7 +306,9 @@ def to_cells_csv(a: Analysis, provenance: Provenance) -> str:
     df = df[list(dict.fromkeys(front + list(df.columns)))]
     buf = io.StringIO()
     buf.write(_csv_header(provenance, a))
-    df.to_csv(buf, index=False, lineterminator="\n")
+    from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
+
+    escape_frame(df).to_csv(buf, index=False, lineterminator="\n")
     return buf.getvalue()
 
 

@@ -75,6 +75,9 @@ def load_run(run_dir: str | Path) -> RunData:
         raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
     try:
         trials = pd.read_csv(tpath)
+        from nas_stab.results.csvsafe import unescape_frame
+
+        trials = unescape_frame(trials)  # values as the run wrote them (results/csvsafe.py)
     except pd.errors.EmptyDataError:
         raise RunError(f"{tpath}: empty file; no trial has been recorded") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:

@@ -31,6 +31,7 @@ import yaml
 
 from nas_stab import __version__, metrics
 from nas_stab.errors import RunError
+from nas_stab.results.csvsafe import escape_cell, unescape_cell
 
 TRIALS_CSV = "trials.csv"
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
@@ -50,11 +51,25 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)  # the rename itself survives a crash
     except BaseException:
         with _suppress():
             os.unlink(tmp)
         raise
     return path
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:
@@ -241,7 +256,7 @@ class RunDir:
         if text and not text.endswith("\n"):  # an append cut short by a kill: drop the partial last line
             text = text[: text.rfind("\n") + 1]
             self.log("trials.csv: dropped a partial last row")
-        rows = list(csv.DictReader(io.StringIO(text)))
+        rows = [{k: unescape_cell(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(text))]
         good = [r for r in rows if r.get("key") and r.get("status") in metrics.STATUSES]
         if len(good) != len(rows):
             self.log(f"trials.csv: dropped {len(rows) - len(good)} malformed row(s)")
@@ -340,6 +355,8 @@ def _int(v: Any) -> int:
 def _fmt(v: Any) -> Any:
     if v is None:
         return ""
+    if isinstance(v, str):
+        return escape_cell(v)  # no spreadsheet formula from a value (results/csvsafe.py)
     if isinstance(v, float):
         if math.isnan(v):
             return "nan"

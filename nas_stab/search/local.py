@@ -40,27 +40,32 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
     added = 0
 
     def save(new_rows: list[dict], results) -> None:
+        """A finished trial's history files and trials.csv rows, on disk before Optuna is told."""
         nonlocal added
-        replaced = False
-        for row, res in zip(new_rows, results):
-            replaced |= row["key"] in rows
-            rows[row["key"]] = row
-            rd.write_history(row["run_id"], res.history)
-        rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
+
+        def write() -> None:
+            replaced = False
+            for row, res in zip(new_rows, results):
+                replaced |= row["key"] in rows
+                rows[row["key"]] = row
+                rd.write_history(row["run_id"], res.history)
+            rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
+
+        plan.write_records(write)
         added += len(new_rows)
 
     def finish_run(job, ot, result, tb) -> None:  # grid: one run is one Optuna trial
         if tb:
             rd.log(f"{job.run_id} failed:\n{tb}")
-        plan.tell(study, ot, result.status, result.metrics.get(spec.search.objective), result.error)
         row = plan.make_row(spec, job, result, ot.number)
-        save([row], [result])
+        save([row], [result])  # write, then tell: a kill between the two loses nothing (plan.open_study)
+        plan.tell(study, ot, result.status, result.metrics.get(spec.search.objective), result.error)
         rd.log(progress.update(row))
 
     def finish_trial(ot, results, new_rows) -> None:  # other samplers: a trial is its seeds' runs
         status = plan.trial_status(results)
-        plan.tell(study, ot, status, plan.run_value(spec, results), "; ".join(r.error for r in results if r.error))
         save(new_rows, results)
+        plan.tell(study, ot, status, plan.run_value(spec, results), "; ".join(r.error for r in results if r.error))
         for row in new_rows:
             rd.log(progress.update(row))
 
@@ -74,7 +79,7 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
             progress.add_existing(r)
         todo = [job for job in jobs if job.key not in rows]
         if pooled:
-            _grid_pool(spec, study, todo, resolved, base, prune, finish_run)
+            _grid_pool(spec, study, todo, resolved, base, prune, finish_run, rd.log)
         else:
             for job in todo:
                 ot = _ask_grid(spec, study, job, base)
@@ -86,20 +91,15 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
                     raise
                 finish_run(job, ot, result, tb)
     else:
-        from optuna.trial import TrialState
-
         target = trials if trials is not None else spec.search.trials
-        finished = [
-            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-            if t.user_attrs.get("status") != plan.INTERRUPTED
-        ]
+        remaining = plan.sampled_remaining(spec, study, rows, target, rd.log)
         progress = plan.Progress(spec, target * len(spec.seeds), stream=progress_stream)
         for r in rows.values():
             progress.add_existing(r)
         if pooled:
-            _sampled_pool(spec, study, rd, max(0, target - len(finished)), base, prune, finish_trial)
+            _sampled_pool(spec, study, rd, remaining, base, prune, finish_trial)
         else:
-            for _ in range(max(0, target - len(finished))):
+            for _ in range(remaining):
                 ot = study.ask()
                 try:
                     params = spec.space.suggest(ot, base)
@@ -136,7 +136,7 @@ def _ask_grid(spec, study, job, base):
     return ot
 
 
-def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run) -> None:
+def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run, log) -> None:
     """Grid runs in `runner.concurrency` worker processes, asked in grid order as workers free up."""
     from nas_stab.search.local_pool import WorkerPool
 
@@ -144,7 +144,7 @@ def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run)
         return
     pending = iter(jobs)
     running: dict = {}  # Optuna trial number -> trial, until told
-    with WorkerPool(spec, spec.runner.concurrency) as pool:
+    with WorkerPool(spec, min(spec.runner.concurrency, len(jobs)), log) as pool:  # no idle worker started
         try:
             while True:
                 for job in _take(pending, pool.idle):
@@ -180,7 +180,7 @@ def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) 
         i = len(t.results)
         pool.submit(t, t.ot, t.params, spec.seeds[i], t.resolved, offset=i * total, prune=prune)
 
-    with WorkerPool(spec, spec.runner.concurrency) as pool:
+    with WorkerPool(spec, min(spec.runner.concurrency, count), rd.log) as pool:  # no idle worker started
         try:
             while True:
                 while pool.idle and asked < count:

@@ -53,16 +53,18 @@ class WorkerPool:
     Reports are fed to `trial` (an Optuna trial the driver asked) meanwhile.
     """
 
-    def __init__(self, spec, n: int):
+    def __init__(self, spec, n: int, log=None):
         self.spec = spec
         self.n = n
+        self.log = log or (lambda line: None)
         self.threads = worker_threads(spec, n)
         self._ctx = _context()
         self._workers: list[_Worker] = [self._start() for _ in range(n)]
 
     def _start(self) -> "_Worker":
         here, there = self._ctx.Pipe(duplex=True)
-        p = self._ctx.Process(target=_worker_main, args=(there, self.spec, self.threads),
+        fault = os.environ.get(plan.FAULT_ENV, "")  # the fork server's environment may be older than ours
+        p = self._ctx.Process(target=_worker_main, args=(there, self.spec, self.threads, fault),
                               name="nas-stab-worker", daemon=True)
         p.start()
         there.close()  # only the worker holds its end: the driver sees EOF if the worker dies
@@ -83,10 +85,11 @@ class WorkerPool:
             w.conn.close()
             w = self._workers[i] = self._start()
         w.busy = (tag, trial)
+        w.job, w.failures = (params, seed, resolved, offset, prune), 0
         try:
-            w.conn.send((params, seed, resolved, offset, prune))
+            w.conn.send(w.job)
         except (OSError, EOFError):
-            pass  # a dead worker: `wait` reports the run as failed
+            pass  # a dead worker: `wait` retries the run or reports it failed
 
     def wait(self) -> list[tuple]:
         done: list[tuple] = []
@@ -119,14 +122,26 @@ class WorkerPool:
                 return None
         except (EOFError, OSError):
             pass
-        # the worker died mid-run (killed, out of memory, a crash in native code): the run failed
+        # the worker died mid-run (killed, out of memory, a crash in native code): a fresh worker
+        # trains the run again from its start, up to runner.max_failures times (as the Ray runner)
         w.process.join(5)
         code = w.process.exitcode
         w.conn.close()
-        self._workers[self._workers.index(w)] = self._start()
+        fresh = self._workers[self._workers.index(w)] = self._start()
+        failures, limit = w.failures + 1, self.spec.runner.max_failures
+        if failures <= limit:
+            self.log(f"worker process died (exit code {code}) during a run; training it again on a fresh worker "
+                     f"(failure {failures} of runner.max_failures={limit})")
+            fresh.busy, fresh.job, fresh.failures = w.busy, w.job, failures
+            try:
+                fresh.conn.send(fresh.job)
+            except (OSError, EOFError):
+                pass  # dead again: the next wait sees it
+            return None
         from nas_stab.training.loop import RunResult
 
-        return tag, RunResult("failed", error=f"worker process died (exit code {code})"), ""
+        return tag, RunResult("failed", error=f"worker process died (exit code {code}); gave up after {failures} "
+                                               f"failure(s), runner.max_failures={limit}"), ""
 
     def close(self, *, kill: bool = False) -> None:
         """Stop the workers: asked to finish (kill=False) or killed at once."""
@@ -166,6 +181,8 @@ class _Worker:
         self.process = process
         self.conn = conn
         self.busy: tuple | None = None  # (tag, Optuna trial) of the run in progress
+        self.job: tuple | None = None  # what it was sent, to train again if it dies
+        self.failures = 0  # deaths of workers training this run
 
 
 class _RemoteTrial:
@@ -206,7 +223,7 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _worker_main(conn, spec, threads: int) -> None:
+def _worker_main(conn, spec, threads: int, fault: str = "") -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
@@ -226,7 +243,7 @@ def _worker_main(conn, spec, threads: int) -> None:
                 return
             params, seed, resolved, offset, prune = msg
             try:
-                reporter = plan.make_reporter(trial, objective, offset=offset, prune=prune)
+                reporter = _fault_hook(plan.make_reporter(trial, objective, offset=offset, prune=prune), fault)
                 result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
             except Exception as e:  # run_job catches a run's errors; this is anything around it
                 from nas_stab.training.loop import RunResult
@@ -236,3 +253,22 @@ def _worker_main(conn, spec, threads: int) -> None:
                 conn.send(("done", result, tb))
             except (EOFError, OSError):
                 return
+
+
+def _fault_hook(reporter, fault: str):
+    """Test hook: NAS_STAB_FAULT=worker-kill:PATH makes the first worker to report (it creates PATH) SIGKILL itself."""
+    if not fault.startswith("worker-kill:"):
+        return reporter
+    marker = fault.split(":", 1)[1]
+
+    def report(step, values) -> None:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+        reporter(step, values)
+
+    return report

@@ -6,7 +6,10 @@ the runs that already finished.
 """
 from __future__ import annotations
 
+import errno
 import math
+import os
+import signal
 import sys
 import time
 import traceback
@@ -94,15 +97,105 @@ def in_trial_order(rows) -> bool:
 
 
 def open_study(spec, rd):
-    """The run's Optuna study, with the trials an interrupted driver left running closed
-    (they are trained again), and the runs already recorded in trials.csv by key."""
+    """The run's Optuna study, reconciled with trials.csv, and the runs it records by key.
+
+    Records are written (fsynced) before Optuna is told a trial finished
+    (`write_records`), so a driver killed between the two leaves a RUNNING trial
+    whose rows are all on disk: it is told now, from its rows. Trials left running
+    without all their rows are closed as FAIL (status interrupted) and trained again.
+    """
     from nas_stab.search.optuna_study import create_study
 
     study = create_study(spec, spec.search.storage or rd.storage_url)
+    rows = {r["key"]: r for r in rd.read_trials()}
+    told = tell_recorded(spec, study, rows)
+    if told:
+        rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
     closed = cleanup_study(study)
     if closed:
         rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
-    return study, {r["key"]: r for r in rd.read_trials()}
+    return study, rows
+
+
+def tell_recorded(spec, study, rows: dict) -> int:
+    """Tell each RUNNING trial whose rows are all in trials.csv the state its rows give."""
+    import optuna
+    from optuna.trial import TrialState
+
+    by_trial: dict[str, list] = {}
+    for r in rows.values():
+        by_trial.setdefault(str(r.get("optuna_trial")), []).append(r)
+    seeds = [str(s) for s in spec.seeds]
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        mine = sorted(by_trial.get(str(t.number), []), key=lambda r: seeds.index(r["seed"]) if r["seed"] in seeds else 1 << 30)
+        if not mine:
+            continue
+        if spec.search.sampler != "grid" and len(mine) < len(seeds) and mine[-1]["status"] == "complete":
+            continue  # seeds missing: trained again
+        statuses = [r["status"] for r in mine]
+        status = next((s for s in ("failed", "diverged", "pruned") if s in statuses), "complete")
+        value = None
+        if status == "complete":
+            try:
+                vals = [float(r["objective"]) for r in mine]
+                value = sum(vals) / len(vals)
+            except (TypeError, ValueError):
+                value = None
+        tell(study, optuna.trial.Trial(study, t._trial_id), status, value, "; ".join(r.get("error") or "" for r in mine).strip("; "))
+        n += 1
+    return n
+
+
+def sampled_remaining(spec, study, rows: dict, target: int, log) -> int:
+    """How many trials a sampler still asks for; finished trials without rows are trained again.
+
+    A trial finished in the study whose rows never reached trials.csv (an older
+    nas_stab told Optuna first, then was killed or hit a full disk) is not counted
+    as done: its parameters are enqueued (user attr `retrains`: its number), so the
+    next trial asked trains that configuration again.
+    """
+    from optuna.trial import TrialState
+
+    finished = [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+        if t.user_attrs.get("status") != INTERRUPTED
+    ]
+    recorded = {str(r.get("optuna_trial")) for r in rows.values()}
+    numbers = {t.number for t in finished}
+    superseded = {int(t.user_attrs["retrains"]) for t in finished if "retrains" in t.user_attrs} & numbers
+    orphans = [t for t in finished if str(t.number) not in recorded and t.number not in superseded]
+    remaining = max(0, target - (len(finished) - len(superseded) - len(orphans)))
+    for t in orphans[:remaining]:
+        study.enqueue_trial(t.params, user_attrs={"retrains": t.number})
+    if orphans:
+        log(f"{len(orphans)} finished trial(s) had no rows in trials.csv "
+            f"({', '.join(str(t.number) for t in orphans)}); their configurations are trained again")
+    return remaining
+
+
+FAULT_ENV = "NAS_STAB_FAULT"  # test hook: "kill@N" or "enospc@N" (see write_records)
+_fault_calls = [0]
+
+
+def write_records(write) -> None:
+    """Call `write()`, which puts a finished trial's records on disk (fsynced), before Optuna is told.
+
+    Test hook: with NAS_STAB_FAULT=kill@N this process SIGKILLs itself right after
+    the N-th call has written its records (the window between records and tell);
+    with enospc@N the N-th and later calls fail as on a full disk.
+    """
+    fault = os.environ.get(FAULT_ENV, "")
+    action, _, nth = fault.partition("@")
+    hit = False
+    if action in ("kill", "enospc") and nth.isdigit():
+        _fault_calls[0] += 1
+        hit = _fault_calls[0] >= int(nth) if action == "enospc" else _fault_calls[0] == int(nth)
+    if hit and action == "enospc":
+        raise OSError(errno.ENOSPC, f"No space left on device ({FAULT_ENV})")
+    write()
+    if hit and action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def cleanup_study(study) -> int:

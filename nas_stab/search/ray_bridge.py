@@ -72,7 +72,7 @@ class OptunaBridge:
         study: its Optuna study (the driver's; workers never see it).
         jobs: grid experiments: the pending jobs, in order; None for samplers.
         n_trials: sampled experiments: how many Optuna trials to start.
-        on_finish: called with (rows, results) after each trial is told.
+        on_finish: called with (rows, results) when a trial ends, before Optuna is told (it writes the records).
         board: the board actor handle (None: pruned trials are STOPped at once).
         log: a function taking one line for log.txt.
         offset: step offset between the seeds of a sampled trial in its intermediate values.
@@ -169,6 +169,7 @@ class OptunaBridge:
             res_objs.append(res)
         if live.failures:
             live.ot.set_user_attr("ray_failures", live.failures)
+        self.on_finish(rows, res_objs)  # the records reach disk before Optuna is told (plan.open_study)
         if self.jobs is not None:  # grid: one run per Optuna trial
             res = res_objs[0]
             plan.tell(self.study, live.ot, res.status, res.metrics.get(spec.search.objective), res.error)
@@ -177,7 +178,6 @@ class OptunaBridge:
             status = plan.trial_status(res_objs)
             plan.tell(self.study, live.ot, status, plan.run_value(spec, res_objs), "; ".join(r.error for r in res_objs if r.error))
         self.finished.append(status)
-        self.on_finish(rows, res_objs)
 
     def _synthesize(self, live: Live, error: bool):  # noqa: ARG002 (error: the only other case)
         """The record of a run that ended without sending its RunResult."""

@@ -55,14 +55,8 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
         pending = [j for j in jobs if j.key not in rows]
         total, n_trials = len(jobs), len(pending)
     else:
-        from optuna.trial import TrialState
-
         target = trials if trials is not None else spec.search.trials
-        finished = [
-            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-            if t.user_attrs.get("status") != plan.INTERRUPTED
-        ]
-        pending, n_trials = None, max(0, target - len(finished))
+        pending, n_trials = None, plan.sampled_remaining(spec, study, rows, target, rd.log)
         total = target * len(spec.seeds)
 
     progress = plan.Progress(spec, total, stream=progress_stream)
@@ -73,13 +67,18 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
 
     def on_finish(new_rows: list[dict], results) -> None:
         # as the local runner: append the new rows (fsynced), not rewrite every row after every trial
+        # called before Optuna is told (OptunaBridge._complete): a kill between the two loses nothing
         nonlocal added
-        replaced = False
-        for row, res in zip(new_rows, results):
-            replaced |= row["key"] in rows
-            rows[row["key"]] = row
-            rd.write_history(row["run_id"], res.history)
-        rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
+
+        def write() -> None:
+            replaced = False
+            for row, res in zip(new_rows, results):
+                replaced |= row["key"] in rows
+                rows[row["key"]] = row
+                rd.write_history(row["run_id"], res.history)
+            rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
+
+        plan.write_records(write)
         added += len(new_rows)
         for row in new_rows:
             rd.log(progress.update(row))

@@ -139,7 +139,10 @@ def load_tune_checkpoint() -> dict | None:
         p = os.path.join(d, CKPT_FILE)
         if not os.path.exists(p):
             return None
-        return torch.load(p, map_location="cpu", weights_only=False)
+        try:  # tensors, dicts, lists and numbers only: a checkpoint never runs code
+            return torch.load(p, map_location="cpu", weights_only=True)
+        except Exception:  # unreadable or not ours: the run starts over
+            return None
 
 
 # ---------------------------------------------------------------- the trainable

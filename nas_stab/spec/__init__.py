@@ -94,8 +94,8 @@ def _normalize(data: dict, ctx: Ctx) -> None:
     if not isinstance(seeds, list) or not seeds:
         raise ctx.error(("seeds",), f"must be a count n or a non-empty list of integers, got {seeds!r}")
     for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ctx.error(("seeds",), f"seeds must be integers >= 0, got {s!r}")
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 10**9:
+            raise ctx.error(("seeds",), f"seeds must be integers from 0 to 10**9, got {s!r}")
     if len(set(seeds)) != len(seeds):
         raise ctx.error(("seeds",), "seeds must be distinct")
     data["seeds"] = seeds

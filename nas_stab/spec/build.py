@@ -170,8 +170,15 @@ def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: dict | None = None
     return out
 
 
+MAX_NUMBER = 10**9  # bound of every number the schema does not bound itself: no overflow, no endless loop
+
+
 def _check_range(value: Any, meta: dict, ctx: Ctx, path: tuple) -> None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "le" not in meta and "lt" not in meta and value > MAX_NUMBER:
+            raise ctx.error(path, f"must be <= {MAX_NUMBER:g}, got {value!r}")
+        if "ge" not in meta and "gt" not in meta and value < -MAX_NUMBER:
+            raise ctx.error(path, f"must be >= {-MAX_NUMBER:g}, got {value!r}")
         for op, test, word in (
             ("ge", lambda v, b: v >= b, ">="),
             ("gt", lambda v, b: v > b, ">"),

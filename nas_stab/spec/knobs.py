@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+MAX_TAU_EXPONENT = 4  # L^p for |p| <= 4: no overflow at any depth the schema allows
 _L_POW = re.compile(r"^L\^\(?(-?\s*[0-9.]+(?:/[0-9.]+)?)\)?$")
 
 
@@ -45,11 +46,13 @@ def tau_value(tau: Any, L: int) -> float:
         m = _L_POW.match(s)
         if m:
             p = m.group(1).replace(" ", "")
-            if "/" in p:
-                a, b = p.split("/")
-                exp = float(a) / float(b)
-            else:
-                exp = float(p)
+            try:
+                a, _, b = p.partition("/")
+                exp = float(a) / float(b or 1)
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"tau {tau!r}: the exponent {p!r} is not a number") from None
+            if not abs(exp) <= MAX_TAU_EXPONENT:
+                raise ValueError(f"tau {tau!r}: the exponent must be between -{MAX_TAU_EXPONENT} and {MAX_TAU_EXPONENT}, got {exp:g}")
             return float(L) ** exp
         try:
             return tau_value(float(s), L)

@@ -126,15 +126,20 @@ def _check_space_values(spec, ctx: Ctx) -> None:
     from nas_stab.spec import get_key, resolve
 
     base = lambda k: get_key(spec, k)  # noqa: E731
+    from nas_stab.space import GridTooLarge
+
+    points = None
     if spec.space.discrete and spec.space.dims:
-        points = spec.space.grid(base)
-        if len(points) > GRID_CHECK_LIMIT:
-            raise ctx.error(("space",), f"the grid has {len(points)} points per seed; the limit is {GRID_CHECK_LIMIT}")
-    else:
-        # continuous: check each dimension's ends and each discrete value alone
+        try:  # stops at the limit: a 10^9-point grid is refused, never enumerated
+            points = spec.space.grid(base, limit=GRID_CHECK_LIMIT)
+        except GridTooLarge as e:
+            if spec.search.sampler == "grid":
+                raise ctx.error(("space",), str(e)) from None
+    if points is None:  # continuous or too many points to check them all: each dimension's ends and values
         points = []
         for d in spec.space:
             vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
+            vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
             points += [{d.key: v} for v in vals]
     for params in points:
         try:

@@ -111,7 +111,7 @@ class TrainConfig:
     batch_size: int = _f(128, ge=1, le=1_000_000)
     max_tokens: Optional[int] = _f(None, "translation: token budget per batch (overrides batch_size)", ge=16)
     steps: Optional[int] = _f(None, "optimizer steps (exactly one of steps / epochs)", ge=1)
-    epochs: Optional[float] = _f(None, "passes over the training set", gt=0)
+    epochs: Optional[float] = _f(None, "passes over the training set", gt=0, le=100_000)
     schedule: Literal["constant", "cosine", "step", "inverse_sqrt", "linear"] = _f("constant")
     warmup_steps: int = _f(0, ge=0)
     step_every: Optional[int] = _f(None, "step schedule: steps between decays (default a third of training)", ge=1)
@@ -193,7 +193,7 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class Spec:
-    name: str = _f(None, "names the run directory", pattern=r"[a-z0-9][a-z0-9_-]*")
+    name: str = _f(None, "names the run directory (at most 100 characters)", pattern=r"[a-z0-9][a-z0-9_-]{0,99}")
     description: str = _f("")
     seeds: tuple[int, ...] = _f((0,), "a list, or a count n meaning [0..n-1]")
     task: TaskConfig = _f(None)

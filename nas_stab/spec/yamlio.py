@@ -6,6 +6,8 @@ bounded, duplicate keys are refused, and every error names the file and line.
 """
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,17 @@ def read_text(path: str | Path) -> str:
     """Read a spec file as UTF-8, refusing huge or binary files with a clear error."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        # non-blocking open: a FIFO nobody writes to does not hang; then only a regular file is read,
+        # and at most MAX_BYTES + 1 bytes of it (/dev/zero, a FIFO, a device: refused at once)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                kind = "a directory" if stat.S_ISDIR(os.fstat(fd).st_mode) else "not a regular file"
+                raise SpecError(f"is {kind}, expected a YAML file", file=str(path))
+            with os.fdopen(os.dup(fd), "rb") as f:
+                raw = f.read(MAX_BYTES + 1)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise SpecError(f"file not found: {p}", file=str(path)) from None
     except IsADirectoryError:
@@ -37,7 +49,7 @@ def read_text(path: str | Path) -> str:
     except OSError as e:
         raise SpecError(f"cannot read: {e.strerror}", file=str(path)) from None
     if len(raw) > MAX_BYTES:
-        raise SpecError(f"file is {len(raw)} bytes; spec files are limited to {MAX_BYTES}", file=str(path))
+        raise SpecError(f"file is larger than {MAX_BYTES} bytes; spec files are limited to {MAX_BYTES}", file=str(path))
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -64,7 +64,14 @@ def probe_points(spec) -> tuple[list[dict[str, Any]], list[str]]:
             notes.append(f"{d.key} ({d.kind} [{_fmt(d.low)}, {_fmt(d.high)}]) probed at {', '.join(map(_fmt, vals))}")
             d = dataclasses.replace(d, kind="values", values=tuple(vals))
         dims.append(d)
-    return Space(tuple(dims)).grid(base_lookup(spec)), notes
+    from nas_stab.errors import SpecError
+    from nas_stab.space import GridTooLarge
+    from nas_stab.spec.rules import GRID_CHECK_LIMIT
+
+    try:
+        return Space(tuple(dims)).grid(base_lookup(spec), limit=GRID_CHECK_LIMIT), notes
+    except GridTooLarge as e:
+        raise SpecError(f"{e}; probe fewer values", file=spec.source, key="space") from None
 
 
 def _int_count(d) -> int:
@@ -265,7 +272,9 @@ def _csv(v: Any) -> Any:
         return repr(v) if math.isfinite(v) else str(v)
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v)
-    return v
+    from nas_stab.results.csvsafe import escape_cell
+
+    return escape_cell(v)  # no spreadsheet formula from a value
 
 
 def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: int, notes: list[str], seconds: float) -> str:

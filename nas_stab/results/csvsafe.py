@@ -1,0 +1,62 @@
+"""CSV formula injection: the one rule every CSV nas_stab writes goes through.
+
+A spreadsheet runs a cell that begins with = + - @ (or a tab or carriage
+return, which it strips first) as a formula. Following OWASP's advice, such a
+*text* cell is written with a leading single quote, which spreadsheets show as
+text; numbers are never touched (a negative eigenvalue stays a number
+`pandas.read_csv` parses as one). A text cell that already begins with a quote
+followed by one of those characters gets one more quote, so `unescape_cell`
+gives back exactly the value written.
+
+    >>> escape_cell("=HYPERLINK(\\"http://x\\")"), escape_cell(-1.5), escape_cell("-1.5"), escape_cell("-relu")
+    ('\\'=HYPERLINK("http://x")', -1.5, '-1.5', "'-relu")
+"""
+from __future__ import annotations
+
+from typing import Any
+
+TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def escape_cell(v: Any) -> Any:
+    """The value to write in a CSV cell: text that a spreadsheet would run, quoted; anything else as is."""
+    if not isinstance(v, str) or not v:
+        return v
+    if v[0] in TRIGGERS and not _is_number(v):
+        return "'" + v
+    if v[0] == "'" and v[1:2] in TRIGGERS:
+        return "'" + v
+    return v
+
+
+def unescape_cell(v: Any) -> Any:
+    """The value `escape_cell` was given."""
+    if isinstance(v, str) and v[:1] == "'" and v[1:2] in TRIGGERS + ("'",):
+        return v[1:]
+    return v
+
+
+def escape_frame(df):
+    """A copy of a pandas DataFrame with every text cell escaped (numeric columns untouched)."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            out[c] = out[c].map(escape_cell)
+    out.columns = [escape_cell(str(c)) for c in out.columns]
+    return out
+
+
+def unescape_frame(df):
+    """`escape_frame` undone on a table read back with pandas."""
+    for c in df.columns:
+        if df[c].dtype == object:
+            df[c] = df[c].map(unescape_cell)
+    return df

@@ -1,0 +1,128 @@
+"""Hostile data and inputs (issue 16): no code from data, bounded work, one-line errors.
+
+Each test here failed on the code before the fix (see the issue's report)."""
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nas_stab.cli import main
+
+CIFAR = """\
+name: c
+task:
+  dataset: {{name: cifar10, root: {root}, train: 40, val: 10, test: 10}}
+model: {{arch: mlp, depth: 1, width: 8}}
+train: {{lr: 0.05, steps: 2, batch_size: 8}}
+stability: {{hessian: false}}
+"""
+
+
+def _cifar_batch(path: Path, n: int = 20) -> None:
+    rng = np.random.RandomState(0)
+    d = {b"batch_label": b"b", b"labels": [int(v) for v in rng.randint(0, 10, n)],
+         b"data": rng.randint(0, 255, (n, 3072)).astype(np.uint8), b"filenames": [b"f%d" % i for i in range(n)]}
+    path.write_bytes(pickle.dumps(d, protocol=2))
+
+
+def _cifar(root: Path) -> Path:
+    d = root / "cifar-10-batches-py"
+    d.mkdir(parents=True)
+    for f in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        _cifar_batch(d / f)
+    return d
+
+
+class _Exploit:
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_cifar_batches_load_through_the_restricted_reader(tmp_path, capsys):
+    _cifar(tmp_path / "data")
+    spec = tmp_path / "c.yaml"
+    spec.write_text(CIFAR.format(root=tmp_path / "data"))
+    assert main(["validate", str(spec), "--no-timing"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["top", "inside"])
+def test_exploit_pickle_in_cifar_batch_runs_nothing(tmp_path, capsys, where):
+    d = _cifar(tmp_path / "data")
+    marker = tmp_path / "pwned"
+    evil = _Exploit(marker)
+    payload = evil if where == "top" else {b"data": np.zeros((2, 3072), np.uint8), b"labels": [evil, 1]}
+    (d / "data_batch_3").write_bytes(pickle.dumps(payload, protocol=2))
+    spec = tmp_path / "c.yaml"
+    spec.write_text(CIFAR.format(root=tmp_path / "data"))
+    for cmd in (["validate", str(spec), "--no-timing"], ["run", str(spec), "--out", str(tmp_path / "out")]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert not marker.exists(), "the data file ran code"
+        assert "posix.system is not allowed" in err and "data_batch_3" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+MNIST = """\
+name: m
+task:
+  dataset: {{name: mnist, root: {root}, train: 20, val: 10, test: 10}}
+model: {{arch: mlp, depth: 1, width: 8}}
+train: {{lr: 0.05, steps: 2}}
+stability: {{hessian: false}}
+"""
+
+
+def _idx(arr) -> bytes:
+    return struct.pack(">BBBB", 0, 0, 0x08, arr.ndim) + struct.pack(">" + "I" * arr.ndim, *arr.shape) + arr.astype(np.uint8).tobytes()
+
+
+def _mnist(root: Path, labels=None, n: int = 60) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(np.random.RandomState(0).randint(0, 255, (n, 28, 28)))))
+    (root / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(np.asarray(labels if labels is not None else np.arange(n) % 10))))
+
+
+def _validate(tmp_path, capsys, text: str) -> tuple[int, str]:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(text)
+    code = main(["validate", str(spec), "--no-timing"])
+    return code, capsys.readouterr().err
+
+
+def test_decompression_bomb_is_capped(tmp_path, capsys, monkeypatch):
+    from nas_stab.data import safeio
+
+    monkeypatch.setattr(safeio, "MAX_DECOMPRESSED", 1 << 20)  # the real cap is GBs; the mechanism is the same
+    _mnist(tmp_path / "d")
+    bomb = gzip.compress(b"\0" * (8 << 20))  # 8 MB of zeros in ~8 KB
+    (tmp_path / "d" / "t10k-images-idx3-ubyte.gz").write_bytes(bomb)
+    code, err = _validate(tmp_path, capsys, MNIST.format(root=tmp_path / "d"))
+    assert code == 2 and "decompresses to more than 1048576 bytes" in err and "Traceback" not in err
+
+
+def test_corrupt_zlib_stream_is_one_line(tmp_path, capsys):
+    _mnist(tmp_path / "d")
+    p = tmp_path / "d" / "t10k-images-idx3-ubyte.gz"
+    raw = bytearray(p.read_bytes())
+    raw[10] = 0xFF  # the first deflate block of a reserved type: zlib.error, not OSError
+    p.write_bytes(bytes(raw))
+    with pytest.raises(zlib.error):
+        gzip.decompress(bytes(raw))
+    code, err = _validate(tmp_path, capsys, MNIST.format(root=tmp_path / "d"))
+    assert code == 2 and str(p) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_labels_outside_the_classes_fail_validation(tmp_path, capsys):
+    _mnist(tmp_path / "d", labels=[255] + [1] * 59)
+    code, err = _validate(tmp_path, capsys, MNIST.format(root=tmp_path / "d"))
+    assert code == 2 and "label 255 outside" in err, err
