@@ -10,12 +10,20 @@ import sys
 from pathlib import Path
 
 from nas_stab import __version__
-from nas_stab.errors import NasStabError, SpecErrors
+from nas_stab.errors import NasStabError, SpecErrors, Terminated
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is cmd_run:
+        import signal
+
+        signal.signal(signal.SIGTERM, _on_sigterm)  # like Ctrl-C: close what runs, keep what is written
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -28,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     except NasStabError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except Terminated:
+        print("terminated (SIGTERM): runs in progress were closed as interrupted; rerun the same command to resume",
+              file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

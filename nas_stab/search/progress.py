@@ -77,7 +77,8 @@ class Progress:
         self._print(message)
 
     def started(self, run_id: str, params: dict, seed: Any, total_steps: int | None) -> None:
-        self.running[run_id] = {"label": describe(params, seed), "step": 0, "total": total_steps, "t0": time.perf_counter()}
+        total = total_steps if total_steps and total_steps < 10**7 else None  # 10**7: an epoch budget, steps unknown
+        self.running[run_id] = {"label": describe(params, seed), "step": 0, "total": total, "t0": time.perf_counter()}
         self._refresh()
 
     def step(self, run_id: str, step: int) -> None:
