@@ -98,8 +98,9 @@ class Progress:
         value = f" {self.spec.search.objective} {_short(obj)}" if obj not in (None, "") else ""
         wall = row.get("wall_s")
         took = f" in {_dur(float(wall))}" if wall not in (None, "") and _finite(wall) else ""
-        line = f"{row['status']}: {label}{value}{took} | {self.summary()}"
-        self._print(line)
+        head = f"{row['status']}: {label}{value}{took}"
+        line = f"{head} | {self.summary()}"
+        self._print(head if self._live is not None else line)  # live: the counts are on the status line below
         return line
 
     def close(self) -> None:
