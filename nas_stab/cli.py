@@ -145,17 +145,21 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _preflight_data(spec) -> None:
+def _preflight_data(spec) -> str:
     """Load the base configuration's dataset once, so a missing or corrupt file is
-    one clear error (exit 2) before anything is written, not a failure per trial."""
+    one clear error (exit 2) before anything is written, not a failure per trial.
+    Returns, and prints, how its splits were made (provenance)."""
     from nas_stab.data import load_dataset
 
     if spec.task.kind == "classification":
-        load_dataset(spec, "cpu")
+        data = load_dataset(spec, "cpu")
     else:
         from nas_stab.tasks import load_task
 
-        load_task(spec, spec.seeds[0], "cpu")
+        data = load_task(spec, spec.seeds[0], "cpu").data
+    note = f"{spec.task.dataset.name}: {getattr(data, 'note', '') or 'splits as found'}"
+    print(f"data: {note}", file=sys.stderr)
+    return note
 
 
 def cmd_run(args) -> int:
@@ -169,9 +173,10 @@ def cmd_run(args) -> int:
     # worker processes (Ray, local concurrency > 1) load their own
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1
     with reuse_loaded() if in_process else contextlib.nullcontext():
-        _preflight_data(spec)
-        with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
+        data_note = _preflight_data(spec)
+        with RunDir.open(args.out, spec, fresh=args.fresh, data_note=data_note) as rd:
             rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
+            rd.log(f"data: {data_note}")
             print(f"run directory: {rd.path}", file=sys.stderr)
             if spec.runner.kind == "ray":
                 from nas_stab.search.ray_runner import run_ray
