@@ -10,12 +10,20 @@ import sys
 from pathlib import Path
 
 from nas_stab import __version__
-from nas_stab.errors import NasStabError, SpecErrors
+from nas_stab.errors import NasStabError, SpecErrors, Terminated
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is cmd_run:
+        import signal
+
+        signal.signal(signal.SIGTERM, _on_sigterm)  # like Ctrl-C: close what runs, keep what is written
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -28,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     except NasStabError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except Terminated:
+        print("terminated (SIGTERM): runs in progress were closed as interrupted; rerun the same command to resume",
+              file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -143,17 +155,21 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _preflight_data(spec) -> None:
+def _preflight_data(spec) -> str:
     """Load the base configuration's dataset once, so a missing or corrupt file is
-    one clear error (exit 2) before anything is written, not a failure per trial."""
+    one clear error (exit 2) before anything is written, not a failure per trial.
+    Returns, and prints, how its splits were made (provenance)."""
     from nas_stab.data import load_dataset
 
     if spec.task.kind == "classification":
-        load_dataset(spec, "cpu")
+        data = load_dataset(spec, "cpu")
     else:
         from nas_stab.tasks import load_task
 
-        load_task(spec, spec.seeds[0], "cpu")
+        data = load_task(spec, spec.seeds[0], "cpu").data
+    note = f"{spec.task.dataset.name}: {getattr(data, 'note', '') or 'splits as found'}"
+    print(f"data: {note}", file=sys.stderr)
+    return note
 
 
 def cmd_run(args) -> int:
@@ -175,9 +191,10 @@ def cmd_run(args) -> int:
     # worker processes (Ray, local concurrency > 1) load their own
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1
     with reuse_loaded() if in_process else contextlib.nullcontext():
-        _preflight_data(spec)
-        with RunDir.open(args.out, spec, fresh=args.fresh) as rd:
+        data_note = _preflight_data(spec)
+        with RunDir.open(args.out, spec, fresh=args.fresh, data_note=data_note) as rd:
             rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
+            rd.log(f"data: {data_note}")
             print(f"run directory: {rd.path}", file=sys.stderr)
             if spec.runner.kind == "ray":
                 from nas_stab.search.ray_runner import run_ray

@@ -57,3 +57,8 @@ class RunError(NasStabError):
     """A run directory cannot be used as asked (changed spec without --fresh, locked, ...)."""
 
     exit_code = 2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: runs in progress are closed as interrupted and the
+    records written so far stay; the same command resumes. Exit code 143 (128 + 15)."""

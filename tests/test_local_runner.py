@@ -122,7 +122,7 @@ def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
     # wait for two finished runs, then kill mid-trial
     seen = 0
     for line in p.stderr:
-        if line.startswith("["):
+        if " | [" in line:  # a finished run's progress line
             seen += 1
             if seen == 2:
                 time.sleep(0.05)  # into the third run (runs of 400 steps: the kill lands well before the sixth)

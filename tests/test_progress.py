@@ -49,3 +49,35 @@ def test_status_says_whether_a_driver_is_running(tmp_path):
     assert "running now" in held and "left" in held
     dead = status_text(tmp_path / "tiny")
     assert "not running" in dead and "2 runs not trained yet" in dead and "left" not in dead
+
+
+def test_sigterm_is_handled_like_ctrl_c_and_the_rerun_says_it_resumes(tmp_path):
+    import csv
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import optuna
+
+    from conftest import run_cli
+
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(TINY.replace("steps: 20", "steps: 400").replace("[1, 2]", "[1, 2, 3]"))
+    p = subprocess.Popen([sys.executable, "-m", "nas_stab.cli", "run", str(spec_path), "--out", str(tmp_path / "runs")],
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in p.stderr:
+        if " | [" in line:  # the first finished run
+            break
+    p.send_signal(signal.SIGTERM)
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 143, err
+    assert "terminated (SIGTERM)" in err and "rerun the same command to resume" in err and "Traceback" not in err
+    d = tmp_path / "runs" / "tiny"
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    assert "RUNNING" not in [t.state.name for t in study.trials]  # the run in progress was closed, not left running
+    with open(d / "trials.csv") as f:
+        done = len(list(csv.DictReader(f)))
+    r = run_cli("run", spec_path, "--out", tmp_path / "runs")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resuming {d}: {done} of 6 runs already recorded; training the other {6 - done}" in r.stderr

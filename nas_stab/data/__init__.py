@@ -77,13 +77,42 @@ def reuse_loaded():
             _MEMO = None
 
 
+PATH_KEYS = ("root",)  # text_pairs' file names stay relative to the root (then the working directory), as documented
+
+
+def spec_dir(spec) -> Path | None:
+    """The directory of the experiment file `spec` was loaded from (None: text, a test, --set)."""
+    src = getattr(spec, "source", None) or ""
+    if not src or src.startswith("<"):
+        return None
+    return Path(os.path.expanduser(src)).resolve().parent
+
+
+def dataset_paths(spec):
+    """`spec.task.dataset` with its root absolute: '~' expanded, and a relative root taken
+    relative to the experiment file's directory (the working directory for a spec that
+    is not a file, and for `--set task.dataset.root=...`), so a spec finds its data
+    wherever it is run from; errors then name the absolute path."""
+    import dataclasses
+
+    cfg = spec.task.dataset
+    base = spec_dir(spec) or Path.cwd()
+    updates = {}
+    for k in PATH_KEYS:
+        v = getattr(cfg, k, None)
+        if isinstance(v, str) and v:
+            updates[k] = str(resolve_root(v, base))
+    return dataclasses.replace(cfg, **updates) if updates else cfg
+
+
 def load_dataset(spec, device):
     """Load `spec.task.dataset` onto `device` (once per `reuse_loaded()` block)."""
-    key = (dataset_key(spec), repr(spec.task.dataset), str(device))
+    cfg = dataset_paths(spec)
+    key = (dataset_key(spec), repr(cfg), str(device))
     memo = _MEMO
     if memo is not None and key in memo:
         return memo[key]
-    data = DATASETS.get(key[0])(spec.task.dataset, device)
+    data = DATASETS.get(key[0])(cfg, device)
     if memo is not None:
         memo.clear()  # one dataset at a time: MNIST in float32 is ~190 MB
         memo[key] = data
@@ -91,9 +120,9 @@ def load_dataset(spec, device):
 
 
 def resolve_root(root: str, base: str | os.PathLike | None = None) -> Path:
-    """Expand '~' and make a relative root relative to the current directory."""
+    """Expand '~'; a relative root is taken relative to `base` (default: the working directory)."""
     p = Path(os.path.expanduser(root))
-    return p if p.is_absolute() or base is None else Path(base) / p
+    return p if p.is_absolute() else (Path(base) if base is not None else Path.cwd()).joinpath(p).resolve()
 
 
 def cache_dir(cfg=None) -> Path:

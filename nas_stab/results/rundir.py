@@ -147,7 +147,7 @@ class RunDir:
 
     # -- opening ---------------------------------------------------------------
     @classmethod
-    def open(cls, out_root: str | Path, spec, *, fresh: bool = False) -> "RunDir":
+    def open(cls, out_root: str | Path, spec, *, fresh: bool = False, data_note: str = "") -> "RunDir":
         """Create or reopen `out_root/<spec.name>`; refuse a changed spec unless `fresh`.
 
         With `fresh`, an existing directory is moved aside to
@@ -188,6 +188,8 @@ class RunDir:
         if old is None:
             data = rd.spec_plain(spec)
             data["meta"] = meta_for(spec)
+            if data_note:
+                data["meta"]["data"] = data_note  # how the splits were made (e.g. carved from one split)
             atomic_write(path / "spec.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         else:
             rd._update_presentation(spec)

@@ -69,57 +69,70 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
         for row in new_rows:
             rd.log(progress.update(row))
 
-    if spec.search.sampler == "grid":
-        resolved: dict = {}
-        jobs = plan.grid_jobs(spec, resolved=resolved)
-        if trials is not None:
-            jobs = jobs[:trials]
-        progress = plan.Progress(spec, len(jobs), stream=progress_stream)
-        for r in rows.values():
-            progress.add_existing(r)
-        todo = [job for job in jobs if job.key not in rows]
-        if pooled:
-            _grid_pool(spec, study, todo, resolved, base, prune, finish_run, rd.log)
+    progress = plan.Progress(spec, None, stream=progress_stream)  # its total is set below
+    try:
+        if spec.search.sampler == "grid":
+            resolved: dict = {}
+            jobs = plan.grid_jobs(spec, resolved=resolved)
+            if trials is not None:
+                jobs = jobs[:trials]
+            progress.total = len(jobs)
+            for r in rows.values():
+                progress.add_existing(r)
+            todo = [job for job in jobs if job.key not in rows]
+            if rows:
+                progress.note(f"resuming {rd.path}: {len(jobs) - len(todo)} of {len(jobs)} runs already recorded; "
+                              f"training the other {len(todo)}")
+            if pooled:
+                _grid_pool(spec, study, todo, resolved, base, prune, finish_run, rd.log, progress)
+            else:
+                for job in todo:
+                    ot = _ask_grid(spec, study, job, base)
+                    progress.started(job.run_id, job.params, job.seed, plan.steps_hint(resolved.get(job.key) or spec))
+                    try:
+                        watched = _Watched(ot, progress, job.run_id)
+                        result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(watched, spec.search.objective, prune=prune),
+                                                  resolved=resolved.get(job.key))
+                    except BaseException:
+                        plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
+                        raise
+                    finish_run(job, ot, result, tb)
         else:
-            for job in todo:
-                ot = _ask_grid(spec, study, job, base)
-                try:
-                    result, tb = plan.run_job(spec, job.params, job.seed, plan.make_reporter(ot, spec.search.objective, prune=prune),
-                                              resolved=resolved.get(job.key))
-                except BaseException:
-                    plan.tell(study, ot, plan.INTERRUPTED, None, "interrupted")
-                    raise
-                finish_run(job, ot, result, tb)
-    else:
-        target = trials if trials is not None else spec.search.trials
-        remaining = plan.sampled_remaining(spec, study, rows, target, rd.log)
-        progress = plan.Progress(spec, target * len(spec.seeds), stream=progress_stream)
-        for r in rows.values():
-            progress.add_existing(r)
-        if pooled:
-            _sampled_pool(spec, study, rd, remaining, base, prune, finish_trial)
-        else:
-            for _ in range(remaining):
-                ot = study.ask()
-                try:
-                    params = spec.space.suggest(ot, base)
-                    resolved = plan.try_resolve(spec, params)
-                    results, new_rows = [], []
-                    for i, seed in enumerate(spec.seeds):
-                        job = plan.sampled_job(spec, ot.number, params, seed, resolved=resolved)
-                        total = plan.steps_hint(spec)
-                        reporter = plan.make_reporter(ot, spec.search.objective, offset=i * total, prune=prune)
-                        result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
-                        if tb:
-                            rd.log(f"{job.run_id} failed:\n{tb}")
-                        results.append(result)
-                        new_rows.append(plan.make_row(spec, job, result, ot.number))
-                        if result.status != "complete":
-                            break  # a pruned, diverged or failed seed ends the trial
-                except BaseException:
-                    plan.tell(study, ot, plan.INTERRUPTED, None, traceback.format_exc(limit=2))
-                    raise
-                finish_trial(ot, results, new_rows)
+            target = trials if trials is not None else spec.search.trials
+            remaining = plan.sampled_remaining(spec, study, rows, target, rd.log)
+            progress.total = target * len(spec.seeds)
+            for r in rows.values():
+                progress.add_existing(r)
+            if rows:
+                progress.note(f"resuming {rd.path}: {len(rows)} runs already recorded; {remaining} trial(s) to go")
+            if pooled:
+                _sampled_pool(spec, study, rd, remaining, base, prune, finish_trial, progress)
+            else:
+                for _ in range(remaining):
+                    ot = study.ask()
+                    try:
+                        params = spec.space.suggest(ot, base)
+                        resolved = plan.try_resolve(spec, params)
+                        results, new_rows = [], []
+                        for i, seed in enumerate(spec.seeds):
+                            job = plan.sampled_job(spec, ot.number, params, seed, resolved=resolved)
+                            total = plan.steps_hint(spec)
+                            progress.started(job.run_id, params, seed, total)
+                            reporter = plan.make_reporter(_Watched(ot, progress, job.run_id, i * total), spec.search.objective,
+                                                          offset=i * total, prune=prune)
+                            result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
+                            if tb:
+                                rd.log(f"{job.run_id} failed:\n{tb}")
+                            results.append(result)
+                            new_rows.append(plan.make_row(spec, job, result, ot.number))
+                            if result.status != "complete":
+                                break  # a pruned, diverged or failed seed ends the trial
+                    except BaseException:
+                        plan.tell(study, ot, plan.INTERRUPTED, None, traceback.format_exc(limit=2))
+                        raise
+                    finish_trial(ot, results, new_rows)
+    finally:
+        progress.close()
     if added or not in_order:  # appended rows are in the order runs finished; leave the file in (trial, seed) order
         rd.write_trials(rows.values(), searched, spec.task.kind)
     counts = {}
@@ -136,7 +149,7 @@ def _ask_grid(spec, study, job, base):
     return ot
 
 
-def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run, log) -> None:
+def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run, log, progress) -> None:
     """Grid runs in `runner.concurrency` worker processes, asked in grid order as workers free up."""
     from nas_stab.search.local_pool import WorkerPool
 
@@ -150,7 +163,9 @@ def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run,
                 for job in _take(pending, pool.idle):
                     ot = _ask_grid(spec, study, job, base)
                     running[ot.number] = ot
-                    pool.submit((job, ot), ot, job.params, job.seed, resolved.get(job.key), prune=prune)
+                    progress.started(job.run_id, job.params, job.seed, plan.steps_hint(resolved.get(job.key) or spec))
+                    pool.submit((job, ot), _Watched(ot, progress, job.run_id), job.params, job.seed, resolved.get(job.key),
+                                prune=prune)
                 if not pool.busy:
                     return
                 for (job, ot), result, tb in pool.wait():
@@ -161,7 +176,7 @@ def _grid_pool(spec, study, jobs, resolved: dict, base, prune: bool, finish_run,
             raise
 
 
-def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) -> None:
+def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial, progress) -> None:
     """`count` trials of a sampler with up to `runner.concurrency` asked at once.
 
     A trial's seeds run one after another (the next seed on the worker the
@@ -178,7 +193,10 @@ def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) 
 
     def start_seed(t) -> None:
         i = len(t.results)
-        pool.submit(t, t.ot, t.params, spec.seeds[i], t.resolved, offset=i * total, prune=prune)
+        run_id = plan.sampled_job(spec, t.ot.number, t.params, spec.seeds[i], resolved=t.resolved).run_id
+        progress.started(run_id, t.params, spec.seeds[i], total)
+        pool.submit(t, _Watched(t.ot, progress, run_id, i * total), t.params, spec.seeds[i], t.resolved, offset=i * total,
+                    prune=prune)
 
     with WorkerPool(spec, min(spec.runner.concurrency, count), rd.log) as pool:  # no idle worker started
         try:
@@ -205,6 +223,20 @@ def _sampled_pool(spec, study, rd, count: int, base, prune: bool, finish_trial) 
         except BaseException:
             _interrupted(study, running)
             raise
+
+
+class _Watched:
+    """The driver's Optuna trial, also showing each reported step on the progress display."""
+
+    def __init__(self, trial, progress, run_id: str, offset: int = 0):
+        self.trial, self.progress, self.run_id, self.offset = trial, progress, run_id, offset
+
+    def report(self, value: float, step: int) -> None:
+        self.progress.step(self.run_id, step - self.offset)
+        self.trial.report(value, step)
+
+    def should_prune(self) -> bool:
+        return self.trial.should_prune()
 
 
 class _Trial:

@@ -121,7 +121,9 @@ def open_study(spec, rd):
         rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
     closed = cleanup_study(study)
     if closed:
-        rd.log(f"closed {closed} trial(s) left running by an interrupted run; they are trained again")
+        msg = f"closed {closed} trial(s) left running by an interrupted run; they are trained again"
+        rd.log(msg)
+        print(msg, file=sys.stderr, flush=True)
     return study, rows
 
 

@@ -77,7 +77,8 @@ class Progress:
         self._print(message)
 
     def started(self, run_id: str, params: dict, seed: Any, total_steps: int | None) -> None:
-        self.running[run_id] = {"label": describe(params, seed), "step": 0, "total": total_steps, "t0": time.perf_counter()}
+        total = total_steps if total_steps and total_steps < 10**7 else None  # 10**7: an epoch budget, steps unknown
+        self.running[run_id] = {"label": describe(params, seed), "step": 0, "total": total, "t0": time.perf_counter()}
         self._refresh()
 
     def step(self, run_id: str, step: int) -> None:
@@ -97,8 +98,9 @@ class Progress:
         value = f" {self.spec.search.objective} {_short(obj)}" if obj not in (None, "") else ""
         wall = row.get("wall_s")
         took = f" in {_dur(float(wall))}" if wall not in (None, "") and _finite(wall) else ""
-        line = f"{row['status']}: {label}{value}{took} | {self.summary()}"
-        self._print(line)
+        head = f"{row['status']}: {label}{value}{took}"
+        line = f"{head} | {self.summary()}"
+        self._print(head if self._live is not None else line)  # live: the counts are on the status line below
         return line
 
     def close(self) -> None:

@@ -59,9 +59,11 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
         pending, n_trials = None, plan.sampled_remaining(spec, study, rows, target, rd.log)
         total = target * len(spec.seeds)
 
-    progress = plan.Progress(spec, total, stream=progress_stream)
+    progress = plan.Progress(spec, total, stream=progress_stream, live=False)  # plain lines: Ray's workers print to the terminal too
     for r in rows.values():
         progress.add_existing(r)
+    if rows:
+        progress.note(f"resuming {rd.path}: {len(rows)} runs already recorded")
     in_order = plan.in_trial_order(rows.values())  # False after a run killed between an append and its final sort
     added = 0
 

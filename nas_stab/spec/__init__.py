@@ -50,6 +50,8 @@ def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (),
     override_paths: dict[tuple, str] = {}
     for text_ in overrides:
         path, value = _parse_override(text_)
+        if path == ("task", "dataset", "root") and isinstance(value, str) and value:
+            value = str(Path.cwd() / Path(value).expanduser())  # typed on the command line: from where it was typed
         _set_path(data, path, value, text_)
         if path[0] == "space" and len(path) > 2:
             path = ("space", ".".join(path[1:]))
