@@ -25,7 +25,7 @@ def _f(default: Any = None, doc: str = "", **meta: Any) -> Any:
 @dataclass(frozen=True)
 class DatasetConfig:
     name: str = _f("digits", "dataset name (nas-stab list)")
-    root: str = _f("../shared/data", "where the files are; '~' and relative paths allowed")
+    root: str = _f("data", "where the files are: '~' is expanded and a relative path is taken from the experiment file's directory (the working directory for --set and specs given as text)")
     train: Optional[int] = _f(None, "training subset size (deterministic)", ge=1)
     val: Optional[int] = _f(None, "validation subset size (carved from the training split when there is none)", ge=1)
     test: Optional[int] = _f(None, "test subset size", ge=1)
