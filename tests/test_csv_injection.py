@@ -46,7 +46,7 @@ def test_every_csv_a_run_writes_is_neutralized(tmp_path, capsys):
     from nas_stab.cli import main
 
     text = spec_text(train={"steps": 4, "threads": 1}, stability={"every": 0, "probe_batch": 32, "hessian": False},
-                     space={"task.dataset.src": EVIL[:3], "model.branches": [1, 2]},
+                     space={"task.dataset.src": EVIL[:3], "model.branches": [1, 2], "train.lr": [0.01, 0.02, 0.04]},
                      leaderboard={"transfer": "model.branches", "compare": ["task.dataset.src"]})
     spec = tmp_path / "s.yaml"
     spec.write_text(text)

@@ -218,7 +218,9 @@ def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | 
         ds = lookup(r.spec, "task.dataset", {}) or {}
         ds = ds if isinstance(ds, Mapping) else {}
         subset = ", ".join(f"{k}={ds[k]}" for k in ("train", "val", "test") if ds.get(k) is not None) or "full splits"
-        return f"{ds.get('name', 'unknown')} ({subset})"
+        how = _meta(r.spec, "data")  # how the splits were made, as `nas-stab run` found the data (e.g. carved from one split)
+        how = how.split(": ", 1)[1] if how.startswith(f"{ds.get('name')}: ") else how
+        return f"{ds.get('name', 'unknown')} ({subset}" + (f"; {how})" if how and how != "unknown" else ")")
 
     items = []
     if len(runs) == 1:
