@@ -1,7 +1,7 @@
 """`nas-stab leaderboard` over 10,000 trial records, end to end as a user runs it.
 
 Builds a run directory the way the runner leaves it -- spec.yaml (resolved spec
-and provenance), trials.csv with every SPEC 4 column, and one history file per
+and provenance), trials.csv with every column of docs/run-directory.md, and one history file per
 run -- holding `n` synthetic runs of a 5-size x 8-lr x 3-aggregation x
 4-depth search, 85% complete, 10% diverged, 3% pruned, 2% failed. Then times:
 

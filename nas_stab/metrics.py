@@ -1,4 +1,4 @@
-"""Names of metrics and statuses (SPEC 4), and which way is better.
+"""Names of metrics and statuses (docs/metrics.md), and which way is better.
 
 Pure data, importable without torch: the spec validator, the runners and the
 leaderboard all read it.
@@ -57,7 +57,7 @@ def value_range(metric: str) -> tuple[float, float]:
 
 
 def worst_value(metric: str, loss_threshold: float | None = None) -> float:
-    """The value a diverged, pruned or failed run counts with in a leaderboard (SPEC 5)."""
+    """The value a diverged, pruned or failed run counts with in a leaderboard (docs/leaderboard.md)."""
     if metric in MAXIMIZE:
         return 0.0
     return float("inf") if loss_threshold is None else float(loss_threshold)

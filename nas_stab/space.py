@@ -1,4 +1,4 @@
-"""Search dimensions (SPEC 1.3): parsing, grid enumeration and Optuna define-by-run.
+"""Search dimensions (docs/experiment-file.md): parsing, grid enumeration and Optuna define-by-run.
 
 A `Space` is an ordered tuple of `Dimension`s, each keyed by a dotted path
 into the base configuration. The same `Space` compiles two ways:

@@ -47,6 +47,8 @@ def test_every_run_has_its_history_and_hparams_in_tensorboard(tmp_path):
     got = {e.step: e.value for e in acc.Scalars("train/loss")}
     assert got.keys() == loss.keys() and all(abs(got[k] - loss[k]) <= 1e-5 * max(1, abs(loss[k])) for k in loss)
     assert acc.Scalars("hparam/val_acc")[0].value == pytest.approx(float(row["val_acc"]))
+    last = acc.Scalars("val/val_acc")[-1]  # the final validation point is in the history
+    assert last.step == int(row["steps"]) and last.value == pytest.approx(float(row["val_acc"]), abs=1e-5)
     # the HParams tab: the searched keys and the seed, with the run's values
     content = acc.PluginTagToContent("hparams")
     info = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info

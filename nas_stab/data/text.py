@@ -1,4 +1,4 @@
-"""Translation datasets: `multi30k`, `text_pairs`, `synthetic` (SPEC 1.1).
+"""Translation datasets: `multi30k`, `text_pairs`, `synthetic` (docs/experiment-file.md).
 
 Each loader returns a `TextData`: raw sentences (the references of BLEU) and
 subword ids as padded tensors on the training device, per split. The

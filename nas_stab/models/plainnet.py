@@ -9,7 +9,7 @@ of the Path-BN paper's Figure 4; He et al.'s CIFAR "plain" baselines).
 Each conv layer is one of `blocks`. In path space the chains are the runs of
 same-width stride-1 layers; the first layer (from the input channels, modulo
 pairing) and each stage's first layer start a chain and use ordinary BN under
-path_bn (PAPERS.md).
+path_bn (docs/papers.md).
 """
 from __future__ import annotations
 

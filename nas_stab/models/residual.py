@@ -11,7 +11,7 @@ shortcut reads the pre-activated input (their `both_preact` blocks).
 tau is the one `Tau` module shared by all blocks (the tau paper); the
 shortcut is never scaled (STAM's ResNeXt: alpha multiplies the branches
 only); a downsampling block's shortcut is the one the architecture chooses
-and plays x in the skip (PAPERS.md, rSkip decision).
+and plays x in the skip (docs/papers.md, rSkip decision).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ nothing follows the addition, and a final Norm and ReLU precede the pooling
 (see `residual`). L = 3n residual blocks. He fan-out init per branch (the fan of one branch, as
 the STAM authors' sqrt(C) correction of grouped convs gives). The stem, the
 shortcut and the classifier stay in weight space under `parametrization:
-path` (PAPERS.md); the stem uses BN where the branches use path_bn. Fixup: the
+path` (docs/papers.md); the stem uses BN where the branches use path_bn. Fixup: the
 stem's and classifier's scalar biases, zero classifier (Fixup's ResNet).
 """
 from __future__ import annotations

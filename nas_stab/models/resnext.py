@@ -1,6 +1,6 @@
 """`resnext`: the STAM authors' CIFAR ResNeXt, depth 9n + 2, L = 3n blocks.
 
-Their bottleneck (PAPERS.md, STAM section): a 1x1 conv with groups=1 to
+Their bottleneck (docs/papers.md, STAM section): a 1x1 conv with groups=1 to
 `planes*C` channels, a 3x3 conv with groups=C (stride 2 at the first block of
 stages 2 and 3), a 1x1 conv with groups=C to `4*planes*C` channels, each
 followed by a norm over all of those channels (one BN over the grouped

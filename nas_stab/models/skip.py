@@ -9,7 +9,7 @@
     deepnorm  LN(a x + f), a = L^(1/4)           (DeepNet's DeepNorm, see base.deepnorm_constants)
 
 Every Norm has its own affine. Norm is `skip_norm`: ln (default; for CNNs,
-per PAPERS.md, each sample over (channels, H, W) with a per-channel affine, or
+per docs/papers.md, each sample over (channels, H, W) with a per-channel affine, or
 channel-only with `ln_mode: channel`) or bn. With lambda = 1, xskip_ln and
 rskip_ln are both the post-LN block Norm(x + f). ReLU networks apply their
 ReLU to the output of this module.

@@ -1,4 +1,4 @@
-"""`transformer`: an encoder-decoder Transformer with the stability knobs (SPEC 1.2).
+"""`transformer`: an encoder-decoder Transformer with the stability knobs (docs/experiment-file.md).
 
 Multi-branch as in the STAM authors' Transformer code: `branches: C` builds C
 copies of a mini block, i.e. attention with ``H = C * heads_per_branch`` heads

@@ -395,7 +395,7 @@ def build_leaderboard(
             "lr_transfer": lambda: _plots.transfer_plot(a),
             "optimum_transfer": lambda: _plots.optimum_plot(a),
             "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)),
-            "divergence": lambda: _plots.divergence_plot(a),
+            "divergence": lambda: _plots.divergence_plot(a, "diverged_why" if "diverged_why" in a.records.columns else None),
         }
         for name, draw in figures.items():
             png = draw()

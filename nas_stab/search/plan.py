@@ -289,7 +289,7 @@ def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None, *, re
 
 
 def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
-    """One trials.csv row (SPEC 4)."""
+    """One trials.csv row (docs/metrics.md)."""
     from nas_stab.spec import get_key
 
     row: dict[str, Any] = {

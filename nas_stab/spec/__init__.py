@@ -1,4 +1,4 @@
-"""Experiment files: YAML -> a validated, frozen `Spec` (SPEC section 1).
+"""Experiment files: YAML -> a validated, frozen `Spec` (docs/experiment-file.md).
 
     >>> from nas_stab.spec import loads_spec
     >>> spec = loads_spec("name: demo\\ntask: {dataset: {name: digits}}\\nmodel: {arch: mlp}")

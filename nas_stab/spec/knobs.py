@@ -75,7 +75,7 @@ def parse_aggregation(agg: Any) -> Any:
 
 
 def alpha(aggregation: Any, branches: int, base: float = 1.0, scale: float = 1.0) -> float:
-    """The aggregation weight alpha for C = `branches` (SPEC 1.2, STAM)."""
+    """The aggregation weight alpha for C = `branches` (docs/experiment-file.md, STAM)."""
     ratio = branches / base
     if aggregation == "sum":
         a = 1.0

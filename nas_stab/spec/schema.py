@@ -1,4 +1,4 @@
-"""The experiment schema (SPEC section 1) as frozen, typed dataclasses.
+"""The experiment schema (docs/experiment-file.md) as frozen, typed dataclasses.
 
 Every YAML key is a field here; its type annotation, default and metadata
 (`ge`, `gt`, `le`, `lt`, `check`, `doc`) are all the validator needs. To add a
@@ -162,7 +162,7 @@ class PrunerConfig:
 class SearchConfig:
     sampler: Literal["grid", "random", "tpe", "cmaes", "qmc"] = _f("grid")
     trials: Optional[int] = _f(None, "required unless sampler is grid", ge=1, le=10_000_000)
-    objective: str = _f("val_acc", "a metric name of SPEC 4")
+    objective: str = _f("val_acc", "a metric name (docs/run-directory.md, docs/metrics.md)")
     direction: Literal["auto", "maximize", "minimize"] = _f("auto", "auto: from the metric")
     pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold, or {name: {options}}")
     storage: Optional[str] = _f(None, "Optuna storage URL; default sqlite:///<run dir>/study.db")

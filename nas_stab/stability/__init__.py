@@ -1,4 +1,4 @@
-"""Stability probes (SPEC 4): forward norms, gradient norms, update ratios,
+"""Stability probes (docs/metrics.md): forward norms, gradient norms, update ratios,
 Hessian sharpness, divergence; and `nas-stab probe` (`probe_cmd`).
 
 All probes run on the task's fixed probe batch and leave the model, its

@@ -1,7 +1,7 @@
 """The divergence rule: it always runs, on top of whatever pruner is chosen.
 
 A ranking pruner (median, ASHA) compares a NaN as false and lets a diverging
-trial run on (DESIGN.md section 3); this threshold rule on the latest value
+trial run on (docs/ray.md); this threshold rule on the latest value
 does not.
 
 When the run diverges on a non-finite value, `reason` (the trial's `error`)

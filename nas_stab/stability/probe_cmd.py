@@ -3,7 +3,7 @@
 For every configuration of the space (the grid points; a continuous dimension
 is probed at 3 points: its low end, middle -- geometric for a log scale -- and
 high end; an integer range of more than 9 values at 5 spread points), with the
-first seed only: build the model at init, take one stability snapshot (SPEC 4:
+first seed only: build the model at init, take one stability snapshot (docs/metrics.md:
 forward norms, gradient norms, update ratio, sharpness when
 `stability.hessian` is on), and with `--steps K` train K optimizer steps on the
 fixed probe batch (muP's coordinate check) and take a second snapshot.

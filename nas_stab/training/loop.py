@@ -202,7 +202,9 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         result.error = rule.reason
         step = rule.step
     if result.status == "complete":
-        metrics.update(task.evaluate(model, "val"))
+        final_val = task.evaluate(model, "val")
+        metrics.update(final_val)
+        history.setdefault(total, {"step": total}).update(final_val)  # the last validation point is in the history too
         metrics.update(task.evaluate(model, "test"))
         metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
     if result.status in ("complete", "pruned"):
