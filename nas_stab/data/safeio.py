@@ -47,7 +47,17 @@ def _latin1(text, encoding="latin1"):
     return text.encode("latin1")
 
 
+def _scalar(dtype, data=None):
+    """A numpy scalar (a label stored as np.int64, say): its dtype (no objects) and raw bytes."""
+    d = _dtype(dtype)
+    if not isinstance(data, (bytes, bytearray)) or len(data) != d.itemsize:
+        raise pickle.UnpicklingError("a numpy scalar needs exactly its dtype's bytes")
+    return np.frombuffer(bytes(data), dtype=d)[0]
+
+
 _ALLOWED = {
+    ("numpy.core.multiarray", "scalar"): _scalar,
+    ("numpy._core.multiarray", "scalar"): _scalar,
     ("_codecs", "encode"): _latin1,
     ("numpy.core.numeric", "_frombuffer"): _frombuffer,
     ("numpy._core.numeric", "_frombuffer"): _frombuffer,

@@ -17,7 +17,7 @@ import typing
 from typing import Any, Literal, Union
 
 from nas_stab.spec import schema
-from nas_stab.spec.build import _type_hints, public_fields
+from nas_stab.spec.build import MAX_NUMBER, _type_hints, public_fields
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -136,7 +136,11 @@ def _field(cls, f: dataclasses.Field, hint: Any, path: tuple[str, ...]) -> dict:
     if dataclasses.is_dataclass(hint) or (typing.get_origin(hint) is Union and any(dataclasses.is_dataclass(a) for a in typing.get_args(hint))):
         return _object(hint, path)
     out = _type_schema(hint)
-    meta = f.metadata
+    meta = dict(f.metadata)
+    if "le" not in meta and "lt" not in meta:  # build.MAX_NUMBER bounds every number the schema leaves open
+        meta["le"] = MAX_NUMBER
+    if "ge" not in meta and "gt" not in meta:
+        meta["ge"] = -MAX_NUMBER
     for k, js in _BOUNDS.items():
         if k in meta:
             if "anyOf" in out:
@@ -188,5 +192,6 @@ def json_schema() -> dict:
         "description": "An experiment: the base configuration (task, model, train, stability), the searched space, "
                        "the search, the runner and the leaderboard. Checked in full by `nas-stab validate`.",
         **root,
-        "required": list(schema.REQUIRED_TOP),
+        # a file that extends another may leave any key to its base
+        "anyOf": [{"required": ["extends"]}, {"required": list(schema.REQUIRED_TOP)}],
     }

@@ -10,7 +10,7 @@ import typing
 from typing import Any
 
 from nas_stab.spec import schema
-from nas_stab.spec.build import _type_hints, public_fields, type_name
+from nas_stab.spec.build import MAX_NUMBER, _type_hints, public_fields, type_name
 from nas_stab.spec.json_schema import SECTIONS, _SPECIAL
 
 HEADER = """\
@@ -67,7 +67,13 @@ def _default(f: dataclasses.Field) -> str:
     return f"`{d}`"
 
 
-def _range(meta: dict) -> str:
+def _range(meta: dict, numeric: bool) -> str:
+    meta = dict(meta)
+    if numeric:  # build.MAX_NUMBER bounds every number the schema leaves open
+        if "le" not in meta and "lt" not in meta:
+            meta["le"] = MAX_NUMBER
+        if "ge" not in meta and "gt" not in meta:
+            meta["ge"] = -MAX_NUMBER
     parts = []
     for k, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
         if k in meta:
@@ -75,6 +81,11 @@ def _range(meta: dict) -> str:
     if "pattern" in meta:
         parts.append(f"matches `{meta['pattern']}`")
     return ", ".join(parts)
+
+
+def _numeric(tp) -> bool:
+    args = typing.get_args(tp) if typing.get_origin(tp) is typing.Union else (tp,)
+    return any(a in (int, float) for a in args)
 
 
 def _cell(text: str) -> str:
@@ -98,7 +109,7 @@ def _section(cls, path: tuple[str, ...], out: list[str]) -> None:
             out.append(f"| `{title}.{f.name}` | a mapping | | | see the `{'.'.join(p)}` section below |")
             continue
         desc = _SPECIAL[p]["description"] if p in _SPECIAL else f.metadata.get("doc", "")
-        out.append(f"| `{title}.{f.name}` | {_cell(type_name(tp))} | {_cell(_default(f))} | {_cell(_range(f.metadata))} | {_cell(desc)} |")
+        out.append(f"| `{title}.{f.name}` | {_cell(type_name(tp))} | {_cell(_default(f))} | {_cell(_range(f.metadata, _numeric(tp)))} | {_cell(desc)} |")
     out.append("")
     for tp, p in nested:
         _section(tp, p, out)

@@ -134,7 +134,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DivergenceConfig:
-    loss_factor: float = _f(10.0, "diverged when loss > factor x the loss of a uniform prediction (ln classes, ln vocabulary)", gt=1)
+    loss_factor: float = _f(10.0, "diverged when loss > factor x the loss of a uniform prediction (ln classes, ln vocabulary); a huge factor leaves only non-finite values", gt=1, le=1e300)
 
 
 @dataclass(frozen=True)
