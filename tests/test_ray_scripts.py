@@ -83,8 +83,8 @@ def test_local_cluster_script_on_a_machine_without_a_token(tmp_path):
 
 
 def test_local_cluster_script_fails_loudly_when_a_node_does_not_start():
-    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token")
-    r = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "0", "not-a-number"], capture_output=True,
+    env = dict(os.environ, PYTHON=sys.executable, RAY_AUTH_MODE="token", HEAD_CPUS="not-a-number")  # `ray start` refuses it
+    r = subprocess.run(["bash", str(RUNNERS / "local_cluster.sh"), "0", "1"], capture_output=True,
                        text=True, env=env, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr  # it exited 0 before, after cleaning up
     assert "--num-cpus" in r.stderr and "address:" not in r.stdout
