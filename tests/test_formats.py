@@ -283,3 +283,11 @@ def _md_rows(md: str) -> tuple[list[str], list[str]]:
     table = md.splitlines()[start:start + 3]
     cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in table]
     return cells[0], cells[2]
+
+
+def test_tex_looking_labels_are_drawn_as_text_not_mathtext(tmp_path):
+    """A categorical value like `$\\foo{x}$` used to crash matplotlib's mathtext and with it the whole leaderboard."""
+    for label in ("$\\foo{x}$", "$x^{", "50$ and 60$"):
+        d = make_run(tmp_path / str(abs(hash(label))), _rows(labels=("sum", label)), spec=spec_dict())
+        paths = build_leaderboard([d], formats=("md", "html"))
+        assert paths["html"].exists() and any(k.startswith("plot:") for k in paths)

@@ -306,8 +306,6 @@ def analyze(
             "_failed": ~np.isin(status, ("complete", "pruned", "diverged")),
         }
     )
-    if "diverged_why" in df.columns:  # what the metrics showed first, for the divergence map's colours
-        rec["diverged_why"] = df["diverged_why"].fillna("").astype(str).to_numpy()
     lr_float = np.array([float(v) for _, v in lr_vals], dtype=float)
     other = _other_keys(df, (lr, transfer, *compare))
     if other:

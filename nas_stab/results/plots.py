@@ -59,6 +59,9 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    # labels are users' values (a categorical `$\\foo{x}$` once crashed the whole leaderboard in mathtext):
+    # text is drawn as written, never parsed as TeX
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt
