@@ -59,9 +59,6 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    # labels are users' values (a categorical `$\\foo{x}$` once crashed the whole leaderboard in mathtext):
-    # text is drawn as written, never parsed as TeX
-    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt
@@ -90,7 +87,13 @@ def _png(fig) -> bytes:
 def _wrap(text: str, width_in: float, pt: float) -> str:
     """Wrap `text` to lines that fit `width_in` inches at `pt` points (breaking after ", " first)."""
     chars = max(8, int(width_in * 72 / (pt * _CHAR_EM)))
-    return "\n".join(textwrap.wrap(text, chars, break_long_words=True, break_on_hyphens=False)) or text
+    return _plain("\n".join(textwrap.wrap(text, chars, break_long_words=True, break_on_hyphens=False)) or text)
+
+
+def _plain(text: str) -> str:
+    """User values drawn as written: a `$` would start matplotlib's mathtext (a categorical `$\\foo{x}$`
+    once crashed the whole leaderboard there), so it is escaped."""
+    return str(text).replace("$", r"\$")
 
 
 def _short_keys(keys: Sequence[str]) -> list[str]:
@@ -205,7 +208,7 @@ def transfer_figure(a: Analysis):
             y = grp["mean"].to_numpy()
             e = np.nan_to_num(grp["std"].to_numpy())
             ax.errorbar(x, y, yerr=np.vstack(_bars(y, e, bounds)), marker="o", ms=4 if single else 3, lw=1.4, capsize=2, color=colors[s],
-                        label=_size_name(a, size_name[s]), alpha=0.85)
+                        label=_plain(_size_name(a, size_name[s])), alpha=0.85)
             div = grp["n_diverged"].to_numpy() > 0
             if div.any():
                 ax.scatter(x[div], y[div], marker="x", s=40, color="red", zorder=5)
@@ -286,7 +289,7 @@ def optimum_figure(a: Analysis):
     ax.set_xlabel(f"log2({st.transfer_key})")
     ax.set_ylabel(f"fitted optimum log2({st.lr_key})")
     ax.grid(alpha=0.3)
-    fig.legend(loc="outside lower center", fontsize=8, title=_row_keys_line(a), title_fontsize=8, ncols=1)
+    fig.legend(loc="outside lower center", fontsize=8, title=_plain(_row_keys_line(a)), title_fontsize=8, ncols=1)
     fig.suptitle(_wrap(f"transfer plot: the fitted optimum lr of {st.metric} against size. Band: 90% interval; "
                        f"dashed: least-squares slope; hollow: censored at the grid's end (grey lines)", 6.6, 10), fontsize=10)
     return fig
@@ -537,7 +540,7 @@ def fwd_norm_figure(a: Analysis, norms: pd.DataFrame):
     size_name = dict(zip(a.cells["_s"], a.cells["size"]))
     for ax, (k, title) in zip(axes, labels):
         for s, grp in mean[mean["_k"] == k].groupby("_s", sort=True):
-            ax.plot(grp["block"], grp["norm"], marker="o", ms=3, color=colors[s], label=_size_name(a, size_name.get(s)))
+            ax.plot(grp["block"], grp["norm"], marker="o", ms=3, color=colors[s], label=_plain(_size_name(a, size_name.get(s))))
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("block")
