@@ -63,8 +63,10 @@ def test_worker_node_killed_mid_trial(ray_two_nodes, tmp_path):
     text = spec_text(
         TINY,
         space={"model.branches": [1, 2]},
-        train={"threads": 1, "steps": 480, "eval_every": 40},
-        stability={"every": 120},
+        # 2400 steps: long enough that neither trial can finish before the other's first checkpoint even when
+        # Ray starts the second one seconds later (480-step trials lost that race once in a quiet-machine CI run)
+        train={"threads": 1, "steps": 2400, "eval_every": 200},
+        stability={"every": 600},
         runner={"kind": "ray", "concurrency": 2, "max_failures": 2, "checkpoint_every": 20,
                 "storage": str(tmp_path / "tune")},
     )
