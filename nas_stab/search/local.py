@@ -42,16 +42,7 @@ def _run_local(spec, rd, *, trials: int | None, progress_stream) -> dict:
     def save(new_rows: list[dict], results) -> None:
         """A finished trial's history files and trials.csv rows, on disk before Optuna is told."""
         nonlocal added
-
-        def write() -> None:
-            replaced = False
-            for row, res in zip(new_rows, results):
-                replaced |= row["key"] in rows
-                rows[row["key"]] = row
-                rd.write_history(row["run_id"], res.history)
-            rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
-
-        plan.write_records(write)
+        plan.save_records(rd, spec, rows, new_rows, results)
         added += len(new_rows)
 
     def finish_run(job, ot, result, tb) -> None:  # grid: one run is one Optuna trial

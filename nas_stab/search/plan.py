@@ -208,6 +208,21 @@ def write_records(write) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def save_records(rd, spec, rows: dict, new_rows: list[dict], results) -> None:
+    """A finished trial's history files and trials.csv rows, on disk (fsynced) before Optuna is told,
+    for both runners; `rows` (every recorded row by key) gains the new ones."""
+
+    def write() -> None:
+        replaced = False
+        for row, res in zip(new_rows, results):
+            replaced |= row["key"] in rows
+            rows[row["key"]] = row
+            rd.write_history(row["run_id"], res.history)
+        rd.add_trials(new_rows, rows.values(), spec.space.keys, spec.task.kind, rewrite=replaced)
+
+    write_records(write)
+
+
 def cleanup_study(study) -> int:
     """No trial is ever left running: trials a killed driver left RUNNING or
     WAITING are closed as FAIL (user attr status=interrupted). Returns how many."""

@@ -71,16 +71,7 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
         # as the local runner: append the new rows (fsynced), not rewrite every row after every trial
         # called before Optuna is told (OptunaBridge._complete): a kill between the two loses nothing
         nonlocal added
-
-        def write() -> None:
-            replaced = False
-            for row, res in zip(new_rows, results):
-                replaced |= row["key"] in rows
-                rows[row["key"]] = row
-                rd.write_history(row["run_id"], res.history)
-            rd.add_trials(new_rows, rows.values(), searched, spec.task.kind, rewrite=replaced)
-
-        plan.write_records(write)
+        plan.save_records(rd, spec, rows, new_rows, results)
         added += len(new_rows)
         for row in new_rows:
             rd.log(progress.update(row))
