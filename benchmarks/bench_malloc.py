@@ -35,7 +35,7 @@ if tuned:
     assert keep_freed_memory()
 from nas_stab.data import DataInfo
 from nas_stab.models import build_model
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 spec = loads_spec("name: x\ntask: {dataset: {name: synthetic}}\nmodel: {arch: %s, %s}\n" % (arch, knobs))
 torch.manual_seed(0)
 model = build_model(spec, DataInfo("x", tuple(shape), 10))

@@ -75,7 +75,7 @@ def configs(rows: list[dict], maximize: bool) -> dict[tuple, tuple[float, float,
 
 def same_experiment(space: Path, sets: list[str], run_dir: Path) -> str | None:
     """None if `run_dir` holds a run of `space` (search.pruner, runner and description aside), else what differs."""
-    from nas_stab.spec import load_run_spec, load_spec, to_plain
+    from nas_stab.config import load_run_spec, load_spec, to_plain
 
     def plain(spec):
         d = to_plain(spec)
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from nas_stab import metrics
-    from nas_stab.spec import load_spec
+    from nas_stab.config import load_spec
 
     space = Path(a.space)
     if a.eval_every:

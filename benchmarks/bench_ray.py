@@ -43,7 +43,7 @@ BASE = {
 
 
 def spec_for(n: int, steps: int, concurrency: int, kind: str):
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data["train"]["steps"] = steps
@@ -191,7 +191,7 @@ def run_reusing(spec, params, seed, reporter=None, checkpoint=None, *, times: st
 
 
 def data_spec(dataset: dict, n: int, steps: int):
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data["task"]["dataset"] = dataset

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from nas_stab.spec import load_spec
+    from nas_stab.config import load_spec
 
     overrides = list(args.set)
     if getattr(args, "runner", None):
@@ -122,7 +122,7 @@ def _load(args):
     spec = load_spec(args.spec, overrides)
     for note in spec.notes:
         print(f"warning: {note}", file=sys.stderr)
-    from nas_stab.spec.rules import leaderboard_warnings
+    from nas_stab.config.rules import leaderboard_warnings
 
     for w in leaderboard_warnings(spec):
         print(f"warning: {args.spec}: leaderboard: {w}", file=sys.stderr)
@@ -133,7 +133,7 @@ def cmd_validate(args) -> int:
     import yaml
 
     from nas_stab.search.plan import base_lookup
-    from nas_stab.spec.display import applicable_plain
+    from nas_stab.config.display import applicable_plain
 
     spec = _load(args)
     plain = applicable_plain(spec)
@@ -239,7 +239,7 @@ def cmd_leaderboard(args) -> int:
                  "reference": _scalar(args.reference) if args.reference is not None else None}
     if args.metric is not None:
         from nas_stab import metrics
-        from nas_stab.spec.build import did_you_mean
+        from nas_stab.config.build import did_you_mean
 
         if args.metric not in metrics.OBJECTIVES:
             raise SpecError(f"unknown metric {args.metric!r}" + did_you_mean(args.metric, metrics.OBJECTIVES), key="--metric")
@@ -277,7 +277,7 @@ def cmd_list(args) -> int:
     from nas_stab.data import DATASETS
     from nas_stab.models import ARCHS
     from nas_stab.search.optuna_study import PRUNERS, SAMPLERS
-    from nas_stab.spec import schema
+    from nas_stab.config import schema
 
     def section(title, reg):
         print(f"{title}:")
@@ -309,7 +309,7 @@ def cmd_tensorboard(args) -> int:
 
     from nas_stab.results.rundir import RunDir
     from nas_stab.results.tensorboard import TB_DIR, write_rows
-    from nas_stab.spec import load_run_spec
+    from nas_stab.config import load_run_spec
 
     spec = load_run_spec(args.run_dir)
     rows = RunDir(Path(args.run_dir)).read_trials()
@@ -324,8 +324,8 @@ def cmd_tensorboard(args) -> int:
 def cmd_schema(args) -> int:
     import json
 
-    from nas_stab.spec.json_schema import json_schema
-    from nas_stab.spec.reference import markdown_reference
+    from nas_stab.config.json_schema import json_schema
+    from nas_stab.config.reference import markdown_reference
 
     text = json.dumps(json_schema(), indent=2) + "\n" if args.format == "json" else markdown_reference()
     if args.out:

@@ -90,7 +90,7 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
 def _configs(spec) -> list[tuple[object, int]]:
     """The distinct configurations that cost differently (model, batch, steps), with their run counts."""
     from nas_stab.search.plan import base_lookup
-    from nas_stab.spec import resolve
+    from nas_stab.config import resolve
 
     if spec.search.sampler != "grid" or not spec.space.dims:
         return [(spec, len(spec.seeds))]
@@ -135,7 +135,7 @@ def _proxy(spec, info) -> float:
 
 def _label(base, spec) -> str:
     keys = [d.key for d in base.space.dims] if base.space else []
-    from nas_stab.spec import get_key
+    from nas_stab.config import get_key
 
     shown = [f"{k.split('.')[-1]}={get_key(spec, k)}" for k in keys
              if k.startswith(("model.", "train.batch_size", "train.max_tokens"))]

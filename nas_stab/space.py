@@ -302,7 +302,7 @@ def _parse_dim(key: str, spec: Any, path: tuple, err, is_key) -> Dimension:
         when = tuple(conds)
     kinds = [k for k in KINDS if k in spec]
     if len(kinds) != 1:
-        from nas_stab.spec.build import did_you_mean
+        from nas_stab.config.build import did_you_mean
 
         extra = [k for k in spec if k not in KINDS and k not in ("step", "log")]
         hint = did_you_mean(extra[0], KINDS) if extra else ""

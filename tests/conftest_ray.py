@@ -47,7 +47,7 @@ def run_ray_text(text: str, out: Path, **kw):
     """Load `text`, run it with the Ray runner into `out`; (spec, run dir, counts)."""
     from nas_stab.results.rundir import RunDir
     from nas_stab.search.ray_runner import run_ray
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:
@@ -66,7 +66,7 @@ def run_local_text(text, out):
     """Load `text`, run it with the local runner into `out`; the run directory."""
     from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:

@@ -36,8 +36,8 @@ def base(**replace: str) -> str:
 
 
 def main() -> None:
-    from nas_stab.spec import schema
-    from nas_stab.spec.build import public_fields
+    from nas_stab.config import schema
+    from nas_stab.config.build import public_fields
 
     OUT.mkdir(exist_ok=True)
     for p in OUT.glob("*.yaml"):

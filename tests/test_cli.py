@@ -30,7 +30,7 @@ def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurren
     import os
 
     from nas_stab.estimate import run_threads
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     base = TINY.replace("train: {lr: 0.05", "runner: {concurrency: 2}\ntrain: {lr: 0.05")
     spec = loads_spec(base)

@@ -3,7 +3,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from nas_stab.errors import SpecError
-from nas_stab.spec import load_spec, spec_hash
+from nas_stab.config import load_spec, spec_hash
 
 BASE = """\
 name: base

@@ -87,7 +87,7 @@ def test_rerun_with_edited_leaderboard_rebuilds_without_training(tmp_path, capsy
 
 def _old_spec_hash(spec) -> str:
     """spec_hash as the code before leaderboard settings were refreshed computed it (a verbatim copy)."""
-    from nas_stab.spec import to_plain
+    from nas_stab.config import to_plain
 
     plain = to_plain(spec)
     plain.pop("description", None)
@@ -103,7 +103,7 @@ def test_run_dir_made_before_this_change_still_opens(tmp_path):
     algorithm. Reopening it with the same experiment (now validated with the new rules) resumes it."""
     from nas_stab.results.leaderboard import build_leaderboard
     from nas_stab.results.rundir import RunDir
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     spec = loads_spec(SPEC)
     run = tmp_path / "runs" / "lbset"
@@ -122,8 +122,8 @@ def test_run_dir_made_before_this_change_still_opens(tmp_path):
 
 
 def test_warnings_for_few_seeds_and_a_coarse_grid(tmp_path, capsys):
-    from nas_stab.spec import loads_spec
-    from nas_stab.spec.rules import leaderboard_warnings
+    from nas_stab.config import loads_spec
+    from nas_stab.config.rules import leaderboard_warnings
 
     fine = SPEC.replace("seeds: 1", "seeds: 3").replace("[0.01, 0.03, 0.1]", "[0.01, 0.02, 0.04]")
     assert leaderboard_warnings(loads_spec(fine)) == []
@@ -140,7 +140,7 @@ def test_status_opens_a_run_made_before_the_lr_rule(tmp_path):
     """A run directory whose stored spec searches 2 lrs with a transfer axis (valid before the >= 3 lrs
     rule) still opens for `status` and `leaderboard`; only a new run of such a file is refused."""
     from nas_stab.results.rundir import RunDir
-    from nas_stab.spec import load_run_spec, loads_spec
+    from nas_stab.config import load_run_spec, loads_spec
 
     old = SPEC.replace("[0.01, 0.03, 0.1]", "[0.01, 0.03]")
     spec = loads_spec(SPEC)

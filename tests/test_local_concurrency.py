@@ -65,7 +65,7 @@ def test_diverging_lr_is_recorded_diverged_at_concurrency_2(grid_runs):
     assert {r["status"] for r in by_lr[0.05]} == {"complete"}
     for r in by_lr[50.0]:
         assert r["status"] == "diverged" and int(r["diverged_step"]) >= 1 and r["error"]
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     study = study_of(loads_spec(GRID), two)
     states = {t.user_attrs["status"]: t.state.name for t in study.trials}
@@ -78,7 +78,7 @@ def test_tpe_at_concurrency_2_finishes_every_trial(tmp_path):
                      space={"model.branches": [1, 2], "train.lr": {"loguniform": [0.001, 0.1]}},
                      search={"sampler": "tpe", "trials": 5})
     d = run_local_text(spec_text(text, runner={"concurrency": 2}), tmp_path)
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     study = study_of(loads_spec(text), d)
     assert len(study.trials) == 5
@@ -102,7 +102,7 @@ def test_pruner_prunes_at_concurrency_2(tmp_path):
     d = run_local_text(text, tmp_path)
     r = rows(d)
     assert len(r) == 4 and all(x["status"] == "pruned" and int(x["steps"]) < 20 for x in r)
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     study = study_of(loads_spec(text), d)
     assert [t.state.name for t in study.trials] == ["PRUNED"] * 4
@@ -112,7 +112,7 @@ def test_pruner_prunes_at_concurrency_2(tmp_path):
 def test_a_worker_that_dies_mid_run_fails_that_run_only():
     from nas_stab.search import plan
     from nas_stab.search.local_pool import WorkerPool
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     spec = loads_spec(spec_text(train={"threads": 1, "eval_every": 5}, space={"train.steps": [2000, 20]},
                                 runner={"max_failures": 0}))  # no retry (see test_a_dead_workers_run_is_retried)

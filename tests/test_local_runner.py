@@ -14,7 +14,7 @@ from nas_stab.errors import RunError
 from nas_stab.metrics import TASK_METRICS, stability_metrics
 from nas_stab.results.rundir import RunDir
 from nas_stab.search.local import run_local
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 
 
 def rows(run_dir):

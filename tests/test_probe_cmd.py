@@ -5,7 +5,7 @@ import pytest
 
 from conftest import run_cli
 from nas_stab.errors import SpecError
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 from nas_stab.stability.probe_cmd import probe_points, run_probe
 
 PROBE = """\

@@ -6,7 +6,7 @@ from nas_stab.results.rundir import RunDir
 from nas_stab.results.status import status_text
 from nas_stab.search.local import run_local
 from nas_stab.search.progress import Progress, describe
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 
 
 def test_plain_lines_name_the_configuration_and_count():

@@ -29,7 +29,7 @@ from test_ray_traps import PRUNE
 
 @pytest.mark.slow
 def test_grid_through_ray_client_matches_the_local_runner(ray_client_head, tmp_path):
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     text = spec_text(TINY, train={"threads": 1})
     (tmp_path / "tiny.yaml").write_text(text)
@@ -109,7 +109,7 @@ def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
     import nas_stab.search.ray_loopback as loopback
     import nas_stab.search.ray_runner as ray_runner
     from nas_stab.errors import RunError
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     calls = []
 

@@ -59,7 +59,7 @@ def _alive(pids) -> list[int]:
 
 
 def test_driver_sigkill_and_rerun(tmp_path):
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     text = spec_text(TINY, train={"steps": 200, "threads": 1}, stability={"every": 100})
     spec_file = tmp_path / "tiny.yaml"

@@ -40,7 +40,7 @@ def test_trial_resources_and_import_cost():
     import sys
 
     from nas_stab.search.ray_runner import trial_resources
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     spec = loads_spec(spec_text(TINY, runner={"kind": "ray", "resources": {"gpu": 0.25}}))
     assert trial_resources(spec.runner) == {"cpu": 1.0, "gpu": 0.25}

@@ -46,7 +46,7 @@ def test_local_cluster_script_runs_an_experiment(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         d = tmp_path / "runs" / "tiny"
         assert [x["status"] for x in rows(d)] == ["complete", "complete"]
-        from nas_stab.spec import loads_spec
+        from nas_stab.config import loads_spec
 
         study = study_of(loads_spec(spec.read_text()), d)
         assert len({t.user_attrs["ray_node"] for t in study.trials}) == 2, "both nodes trained"

@@ -14,7 +14,7 @@ import pytest
 from conftest import SHARED, TINY, run_cli
 from nas_stab.cli import main
 from nas_stab.errors import DataError
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 
 MNIST = """\
 name: m

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_cli
-from nas_stab.spec.json_schema import json_schema
-from nas_stab.spec.reference import markdown_reference
+from nas_stab.config.json_schema import json_schema
+from nas_stab.config.reference import markdown_reference
 
 SPACES = sorted((ROOT / "spaces").rglob("*.yaml"))
 
@@ -53,8 +53,8 @@ def test_reference_page_is_current():
 
 
 def test_reference_lists_every_key():
-    from nas_stab.spec import schema
-    from nas_stab.spec.build import public_fields
+    from nas_stab.config import schema
+    from nas_stab.config.build import public_fields
 
     text = markdown_reference()
     for section in ("task", "model", "train", "stability", "search", "runner", "leaderboard"):

@@ -6,7 +6,7 @@ import pytest
 
 from nas_stab.errors import SpecError
 from nas_stab.search.plan import base_lookup
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 
 BASE = """\
 name: demo

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nas_stab.spec import load_spec
+from nas_stab.config import load_spec
 
 SPACES = Path(__file__).resolve().parents[1] / "spaces"
 FILES = sorted(SPACES.glob("multi30k_*.yaml"))

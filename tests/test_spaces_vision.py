@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nas_stab.spec import get_key, load_spec
+from nas_stab.config import get_key, load_spec
 
 SPACES = Path(__file__).resolve().parents[1] / "spaces"
 VISION = [

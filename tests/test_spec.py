@@ -2,7 +2,7 @@
 import pytest
 
 from nas_stab.errors import SpecError
-from nas_stab.spec import get_key, load_spec, loads_spec
+from nas_stab.config import get_key, load_spec, loads_spec
 
 BASE = """\
 name: demo

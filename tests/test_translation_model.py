@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from nas_stab.errors import SpecError
 from nas_stab.models.transformer import Transformer, deepnorm_constants
 from nas_stab.models.transformer_decode import beam_search, greedy
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 
 V = 40
 

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from nas_stab.models import build_model
-from nas_stab.spec import loads_spec
+from nas_stab.config import loads_spec
 from nas_stab.tasks import load_task
 from nas_stab.tasks.translation import bleu
 from nas_stab.training.optim import lr_factor

@@ -63,7 +63,7 @@ def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_pa
     import yaml
 
     from nas_stab.results.rundir import RunDir
-    from nas_stab.spec import load_run_spec, loads_spec
+    from nas_stab.config import load_run_spec, loads_spec
 
     text = WARN.replace("optimizer: adam, lr: 0.001, momentum: 0.9,", "optimizer: sgd, lr: 0.1,").replace(
         "model.width: {int: [2, 32], log: true}", "model.width: [4, 8]") + "task: {dataset: {name: digits, vocab_size: 100}}\n"
@@ -82,7 +82,7 @@ def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_pa
 
 def test_cost_estimate_times_the_cheapest_and_the_dearest_configuration():
     from nas_stab.estimate import estimate_cost
-    from nas_stab.spec import loads_spec
+    from nas_stab.config import loads_spec
 
     spec = loads_spec("""\
 name: cost

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-from nas_stab.spec.knobs import alpha, parse_tau, tau_value
+from nas_stab.config.knobs import alpha, parse_tau, tau_value
 
 
 class Tap(nn.Module):

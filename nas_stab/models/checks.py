@@ -5,7 +5,7 @@ Pure Python (no torch): `nas-stab validate` runs these on every grid point.
 """
 from __future__ import annotations
 
-from nas_stab.spec.schema import ModelConfig
+from nas_stab.config.schema import ModelConfig
 
 _DEFAULTS = ModelConfig()
 TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "enc_layers", "dec_layers",

@@ -53,7 +53,7 @@ from torch import nn
 
 from nas_stab.models import ARCHS
 from nas_stab.models.base import StableModel, Tap, Tau, branch_alpha
-from nas_stab.spec.schema import ModelConfig
+from nas_stab.config.schema import ModelConfig
 
 __all__ = ["Transformer", "check_transformer", "deepnorm_constants"]
 

@@ -63,7 +63,7 @@ def load_run(run_dir: str | Path) -> RunData:
     Raises:
         RunError: naming the file, when it is missing, unreadable, malformed or has no trials.
     """
-    from nas_stab.spec.yamlio import load_yaml, read_text
+    from nas_stab.config.yamlio import load_yaml, read_text
 
     d = Path(run_dir)
     if not d.is_dir():

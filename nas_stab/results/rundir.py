@@ -122,7 +122,7 @@ def hardware() -> str:
 def meta_for(spec) -> dict:
     import torch
 
-    from nas_stab.spec import spec_hash
+    from nas_stab.config import spec_hash
 
     return {
         "spec_hash": spec_hash(spec),
@@ -160,7 +160,7 @@ class RunDir:
             raise RunError(f"cannot use {out_root} as the output directory: {e}") from None
         if path.parent != root:  # the name pattern forbids this; belt and braces
             raise RunError(f"run name {spec.name!r} would escape the output directory {root}")
-        from nas_stab.spec import spec_hash
+        from nas_stab.config import spec_hash
 
         h = spec_hash(spec)
         rd = cls(path)
@@ -234,7 +234,7 @@ class RunDir:
 
     @staticmethod
     def spec_plain(spec) -> dict:
-        from nas_stab.spec.display import applicable_plain
+        from nas_stab.config.display import applicable_plain
 
         return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
 

@@ -10,7 +10,7 @@ from nas_stab import metrics
 def status_text(run_dir: Path) -> str:
     from nas_stab.results.rundir import RunDir
     from nas_stab.search.plan import base_lookup
-    from nas_stab.spec import load_run_spec
+    from nas_stab.config import load_run_spec
 
     spec = load_run_spec(run_dir)
     rows = RunDir(run_dir).read_trials()

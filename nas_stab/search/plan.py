@@ -32,7 +32,7 @@ class Job:
 
 
 def base_lookup(spec):
-    from nas_stab.spec import get_key
+    from nas_stab.config import get_key
 
     return lambda k: get_key(spec, k)
 
@@ -43,7 +43,7 @@ def grid_jobs(spec, *, resolved: dict | None = None) -> list[Job]:
     With a dict `resolved`, also fills it with {job key: resolved spec}, so the
     runner does not resolve each configuration a second time.
     """
-    from nas_stab.spec import config_key, resolve
+    from nas_stab.config import config_key, resolve
 
     points = spec.space.grid(base_lookup(spec)) if spec.space.dims else [{}]
     jobs = []
@@ -58,7 +58,7 @@ def grid_jobs(spec, *, resolved: dict | None = None) -> list[Job]:
 
 def try_resolve(spec, params: dict):
     """The resolved spec, or None when the configuration is invalid (`run_job` then records why)."""
-    from nas_stab.spec import resolve
+    from nas_stab.config import resolve
 
     try:
         return resolve(spec, params)
@@ -67,7 +67,7 @@ def try_resolve(spec, params: dict):
 
 
 def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=None) -> Job:
-    from nas_stab.spec import config_key
+    from nas_stab.config import config_key
 
     r = resolved if resolved is not None else try_resolve(spec, params)
     key = config_key(r, seed) if r is not None else "invalid"
@@ -286,7 +286,7 @@ def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True)
 
 def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None, *, resolved=None):
     """Resolve (unless `resolved` is given) and train one job; an exception becomes a `failed` result."""
-    from nas_stab.spec import resolve
+    from nas_stab.config import resolve
     from nas_stab.training.loop import RunResult, train_run
 
     t0 = time.perf_counter()
@@ -305,7 +305,7 @@ def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None, *, re
 
 def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
     """One trials.csv row (docs/metrics.md)."""
-    from nas_stab.spec import get_key
+    from nas_stab.config import get_key
 
     row: dict[str, Any] = {
         "trial": job.trial,

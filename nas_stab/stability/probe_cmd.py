@@ -73,7 +73,7 @@ def probe_points(spec) -> tuple[list[dict[str, Any]], list[str]]:
         dims.append(d)
     from nas_stab.errors import SpecError
     from nas_stab.space import GridTooLarge
-    from nas_stab.spec.rules import GRID_CHECK_LIMIT
+    from nas_stab.config.rules import GRID_CHECK_LIMIT
 
     try:
         return Space(tuple(dims)).grid(base_lookup(spec), limit=GRID_CHECK_LIMIT), notes
@@ -112,7 +112,7 @@ class _TaskCache:
         self.task = None
 
     def get(self, spec, seed, device):
-        from nas_stab.spec import to_plain
+        from nas_stab.config import to_plain
         from nas_stab.tasks import load_task
 
         t = spec.train
@@ -192,7 +192,7 @@ def run_probe(spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stre
         steps = 0
     if not isinstance(steps, int) or steps < 0:
         raise SpecError(f"must be an integer >= 0, got {steps!r}", key="--steps")
-    from nas_stab.spec import resolve
+    from nas_stab.config import resolve
 
     points, notes = probe_points(spec)
     seed = spec.seeds[0] if spec.seeds else 0

@@ -48,7 +48,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from nas_stab.spec.schema import StabilityConfig
+from nas_stab.config.schema import StabilityConfig
 
 _DEFAULTS = StabilityConfig()  # the schema's defaults, for a Prober built without a spec
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from nas_stab.spec import schema
-from nas_stab.spec.build import public_fields
+from nas_stab.config import schema
+from nas_stab.config.build import public_fields
 
 TRANSFORMER_ONLY = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "enc_layers", "dec_layers",
                     "head_dropout", "norm_position")
@@ -35,7 +35,7 @@ def _scope(doc: str) -> str | None:
 
 def applicable_plain(spec) -> dict:
     """`to_plain(spec)` (with the raw `space:`), less the keys that cannot apply and hold their default."""
-    from nas_stab.spec import to_plain
+    from nas_stab.config.load import to_plain
 
     plain = to_plain(spec)
     plain["space"] = spec.raw.get("space") if spec.raw else None

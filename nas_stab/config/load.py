@@ -1,9 +1,4 @@
-"""Experiment files: YAML -> a validated, frozen `Spec` (docs/experiment-file.md).
-
-    >>> from nas_stab.spec import loads_spec
-    >>> spec = loads_spec("name: demo\\ntask: {dataset: {name: digits}}\\nmodel: {arch: mlp}")
-    >>> spec.model.arch, spec.train.lr
-    ('mlp', 0.1)
+"""The loader: YAML text -> a validated, frozen `Spec`, and the helpers that work on dotted keys.
 
 Everything is checked once, here: unknown keys (with the nearest valid key),
 types, ranges, and the cross-field rules of `rules.py`. Errors are
@@ -20,12 +15,10 @@ from typing import Any, Iterable
 
 from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
-from nas_stab.spec import schema
-from nas_stab.spec.build import Ctx, build, did_you_mean, public_fields
-from nas_stab.spec.compose import compose
-from nas_stab.spec.yamlio import load_yaml, read_text
-
-__all__ = ["Spec", "load_spec", "loads_spec", "get_key", "check_key", "resolve", "spec_hash", "SEARCHABLE"]
+from nas_stab.config import schema
+from nas_stab.config.build import Ctx, build, did_you_mean, public_fields
+from nas_stab.config.compose import compose
+from nas_stab.config.yamlio import load_yaml, read_text
 
 Spec = schema.Spec
 SEARCHABLE = ("task", "model", "train", "stability")
@@ -78,10 +71,10 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False) -> Spec:
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
-    from nas_stab.spec.rules import check_spec
+    from nas_stab.config.rules import check_spec
 
     check_spec(spec, ctx, stored=stored)
-    from nas_stab.spec.advice import advice
+    from nas_stab.config.advice import advice
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))
 
@@ -199,7 +192,7 @@ def resolve(spec: Spec, params: dict[str, Any]) -> Spec:
     ctx = Ctx(spec.source, {}, {})
     out = build(schema.Spec, data, ctx)
     out = dataclasses.replace(out, space=Space(), source=spec.source, raw=data)
-    from nas_stab.spec.rules import check_config
+    from nas_stab.config.rules import check_config
 
     check_config(out, ctx)
     return out

@@ -5,7 +5,7 @@ as `warning: ...`; nothing stops. Errors are for what cannot run (`rules.py`).
 """
 from __future__ import annotations
 
-from nas_stab.spec.build import Ctx
+from nas_stab.config.build import Ctx
 
 
 def advice(spec, ctx: Ctx) -> tuple[str, ...]:

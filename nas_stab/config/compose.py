@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nas_stab.errors import SpecError
-from nas_stab.spec.yamlio import Lines, line_of, load_yaml
+from nas_stab.config.yamlio import Lines, line_of, load_yaml
 
 MAX_DEPTH = 16
 Files = dict[tuple, str]

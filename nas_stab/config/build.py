@@ -15,7 +15,7 @@ import typing
 from typing import Any, Literal, Union
 
 from nas_stab.errors import SpecError
-from nas_stab.spec.yamlio import Lines, line_of
+from nas_stab.config.yamlio import Lines, line_of
 
 
 class Ctx:

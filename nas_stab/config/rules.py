@@ -11,8 +11,8 @@ import math
 
 from nas_stab import metrics
 from nas_stab.errors import SpecError
-from nas_stab.spec.build import Ctx, did_you_mean
-from nas_stab.spec.knobs import parse_aggregation, parse_tau
+from nas_stab.config.build import Ctx, did_you_mean
+from nas_stab.config.knobs import parse_aggregation, parse_tau
 
 GRID_CHECK_LIMIT = 20_000
 
@@ -108,7 +108,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     if r.address is not None and r.kind != "ray":
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
 
-    from nas_stab.spec import check_key
+    from nas_stab.config.load import check_key
 
     lb = spec.leaderboard
     for path, key in [(("leaderboard", "lr"), lb.lr), (("leaderboard", "transfer"), lb.transfer)] + [
@@ -179,7 +179,7 @@ def leaderboard_warnings(spec) -> list[str]:
 
 
 def _check_space_values(spec, ctx: Ctx) -> None:
-    from nas_stab.spec import get_key, resolve
+    from nas_stab.config.load import get_key, resolve
 
     base = lambda k: get_key(spec, k)  # noqa: E731
     from nas_stab.space import GridTooLarge

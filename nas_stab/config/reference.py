@@ -9,17 +9,17 @@ import dataclasses
 import typing
 from typing import Any
 
-from nas_stab.spec import schema
-from nas_stab.spec.build import MAX_NUMBER, _type_hints, public_fields, type_name
-from nas_stab.spec.json_schema import SECTIONS, _SPECIAL
+from nas_stab.config import schema
+from nas_stab.config.build import MAX_NUMBER, _type_hints, public_fields, type_name
+from nas_stab.config.json_schema import SECTIONS, _SPECIAL
 
 HEADER = """\
 # Experiment file reference
 
-Generated from `nas_stab/spec/schema.py` by `nas-stab schema --format markdown`
+Generated from `nas_stab/config/schema.py` by `nas-stab schema --format markdown`
 (a test keeps this page and the schema identical). Every key is checked once,
 when the file is loaded: unknown keys (with the nearest valid one), types,
-ranges, and the cross-field rules of `nas_stab/spec/rules.py` (which knobs an
+ranges, and the cross-field rules of `nas_stab/config/rules.py` (which knobs an
 architecture supports, tau expressions, dataset files). `nas-stab validate
 FILE` reports every problem as `file:line: key: message`; `nas-stab schema`
 prints the same information as a JSON Schema for editors (see the README).

@@ -16,8 +16,8 @@ import dataclasses
 import typing
 from typing import Any, Literal, Union
 
-from nas_stab.spec import schema
-from nas_stab.spec.build import MAX_NUMBER, _type_hints, public_fields
+from nas_stab.config import schema
+from nas_stab.config.build import MAX_NUMBER, _type_hints, public_fields
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
