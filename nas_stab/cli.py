@@ -239,7 +239,7 @@ def cmd_leaderboard(args) -> int:
                  "reference": _scalar(args.reference) if args.reference is not None else None}
     if args.metric is not None:
         from nas_stab import metrics
-        from nas_stab.config.build import did_you_mean
+        from nas_stab.textfmt import did_you_mean
 
         if args.metric not in metrics.OBJECTIVES:
             raise SpecError(f"unknown metric {args.metric!r}" + did_you_mean(args.metric, metrics.OBJECTIVES), key="--metric")

@@ -14,6 +14,8 @@ import json
 import time
 from dataclasses import dataclass
 
+from nas_stab.textfmt import duration
+
 MAX_CONFIGS = 256  # distinct model configurations sized (a larger grid: evenly spaced sample)
 ROUNDS = 3
 STEPS_PER_ROUND = 4
@@ -80,10 +82,10 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
     for x in timings:
         spread = f"{min(x.ms):.1f}-{max(x.ms):.1f}"
         out.append(f"  {'cheapest' if x is lo else 'dearest '} {x.label}: {x.median:.1f} ms/step (rounds {spread})")
-    rng = f"{_fmt(secs[0])}-{_fmt(secs[2])}"
-    wall = f"; ~{_fmt(secs[1] / at_once)} wall at {at_once} runs at once" if at_once > 1 else ""
+    rng = f"{duration(secs[0])}-{duration(secs[2])}"
+    wall = f"; ~{duration(secs[1] / at_once)} wall at {at_once} runs at once" if at_once > 1 else ""
     kind = "" if spec.search.sampler == "grid" else " (sampled configurations: between the cheapest and the dearest)"
-    out.append(f"  -> ~{_fmt(secs[1])} of training (range {rng} over the rounds){wall}{kind}; probes and evaluation extra")
+    out.append(f"  -> ~{duration(secs[1])} of training (range {rng} over the rounds){wall}{kind}; probes and evaluation extra")
     return "\n".join(out)
 
 
@@ -181,11 +183,3 @@ def run_threads(spec) -> int:
     from nas_stab.search.local_pool import worker_threads
 
     return worker_threads(spec, spec.runner.concurrency)
-
-
-def _fmt(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"

@@ -50,7 +50,7 @@ class Registry:
         return self.entry(name).obj
 
     def unknown(self, name: str) -> str:
-        from nas_stab.config.build import did_you_mean
+        from nas_stab.textfmt import did_you_mean
 
         return f"unknown {self.kind} {name!r}" + did_you_mean(name, self.names())
 

@@ -217,12 +217,6 @@ class Space:
                 params[d.key] = d.suggest(trial, grid=grid)
         return params
 
-    def size(self, base: Callable[[str], Any]) -> int | None:
-        """Number of grid points, or None when a dimension is continuous."""
-        if not self.discrete:
-            return None
-        return len(self.grid(base))
-
 
 class GridTooLarge(ValueError):
     """A grid with more points than a limit (`Space.grid(base, limit)`)."""
@@ -302,7 +296,7 @@ def _parse_dim(key: str, spec: Any, path: tuple, err, is_key) -> Dimension:
         when = tuple(conds)
     kinds = [k for k in KINDS if k in spec]
     if len(kinds) != 1:
-        from nas_stab.config.build import did_you_mean
+        from nas_stab.textfmt import did_you_mean
 
         extra = [k for k in spec if k not in KINDS and k not in ("step", "log")]
         hint = did_you_mean(extra[0], KINDS) if extra else ""

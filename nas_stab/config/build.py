@@ -7,7 +7,6 @@ and choices name the nearest valid one.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import re
@@ -16,6 +15,7 @@ from typing import Any, Literal, Union
 
 from nas_stab.errors import SpecError
 from nas_stab.config.yamlio import Lines, line_of
+from nas_stab.textfmt import did_you_mean
 
 
 class Ctx:
@@ -43,19 +43,6 @@ class Ctx:
         while p and p not in self.lines:
             p = p[:-1]
         return SpecError(message, file=self.files.get(p, self.file), line=line_of(self.lines, path), key=key)
-
-
-def nearest(word: str, choices: typing.Iterable[str]) -> str | None:
-    m = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
-    return m[0] if m else None
-
-
-def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
-    choices = list(choices)
-    n = nearest(word, choices)
-    if n:
-        return f"; did you mean {n!r}?"
-    return "; valid: " + ", ".join(map(str, choices))
 
 
 @functools.lru_cache(maxsize=None)

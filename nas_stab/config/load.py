@@ -16,7 +16,8 @@ from typing import Any, Iterable
 from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
 from nas_stab.config import schema
-from nas_stab.config.build import Ctx, build, did_you_mean, public_fields
+from nas_stab.config.build import Ctx, build, public_fields
+from nas_stab.textfmt import did_you_mean
 from nas_stab.config.compose import compose
 from nas_stab.config.yamlio import load_yaml, read_text
 

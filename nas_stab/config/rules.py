@@ -11,7 +11,8 @@ import math
 
 from nas_stab import metrics
 from nas_stab.errors import SpecError
-from nas_stab.config.build import Ctx, did_you_mean
+from nas_stab.config.build import Ctx
+from nas_stab.textfmt import did_you_mean
 from nas_stab.config.knobs import parse_aggregation, parse_tau
 
 GRID_CHECK_LIMIT = 20_000

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from nas_stab import metrics
+from nas_stab.textfmt import duration
 from nas_stab.errors import RunError, SpecError
 from nas_stab.results.rundir import atomic_write
 from nas_stab.results import formats as _formats
@@ -149,16 +150,6 @@ def _status_counts(trials: pd.DataFrame) -> str:
     return f"{len(trials)} runs: " + ", ".join(parts)
 
 
-def _duration(seconds: float) -> str:
-    if seconds != seconds:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min ({seconds:.0f} s)"
-    return f"{seconds / 3600:.2f} h ({seconds:.0f} s)"
-
-
 def _meta(spec: Mapping[str, Any], key: str) -> str:
     meta = spec.get("meta") if isinstance(spec.get("meta"), Mapping) else {}
     v = meta.get(key)
@@ -276,7 +267,7 @@ def _compute(trials: pd.DataFrame, *, total: bool = True) -> str:
     wall = wall[wall.notna() & (wall.abs() != float("inf"))]
     if not len(wall):
         return "unknown (no wall_s)"
-    return _duration(float(wall.sum())) + (" total wall time of all runs" if total else "")
+    return duration(float(wall.sum()), exact=True) + (" total wall time of all runs" if total else "")
 
 
 def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None,

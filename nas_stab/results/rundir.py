@@ -15,6 +15,7 @@ racing the first.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import fcntl
@@ -54,7 +55,7 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
         os.replace(tmp, path)
         _fsync_dir(path.parent)  # the rename itself survives a crash
     except BaseException:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     return path
@@ -77,14 +78,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return True
 
 
 def git_commit() -> str:
@@ -226,7 +219,7 @@ class RunDir:
         stale = [p for d in (self.path, self.path / "history", self.path / "plots") if d.is_dir()
                  for p in d.glob(".*.tmp")]
         for p in stale:
-            with _suppress():
+            with contextlib.suppress(OSError):
                 p.unlink()
         if stale:
             self.log(f"removed {len(stale)} partial file(s) left by an interrupted run: " + ", ".join(p.name for p in stale))

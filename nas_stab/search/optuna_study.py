@@ -11,7 +11,7 @@ from typing import Any
 
 from nas_stab import metrics
 from nas_stab.registry import Registry
-from nas_stab.config.build import did_you_mean
+from nas_stab.textfmt import did_you_mean
 
 PRUNERS = Registry("pruner")
 SAMPLERS = Registry("sampler")

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from nas_stab import metrics
+from nas_stab.textfmt import duration
 
 
 def describe(params: dict[str, Any], seed: Any = None) -> str:
@@ -97,7 +98,7 @@ class Progress:
         obj = row.get("objective")
         value = f" {self.spec.search.objective} {_short(obj)}" if obj not in (None, "") else ""
         wall = row.get("wall_s")
-        took = f" in {_dur(float(wall))}" if wall not in (None, "") and _finite(wall) else ""
+        took = f" in {duration(float(wall), clock=True)}" if wall not in (None, "") and _finite(wall) else ""
         head = f"{row['status']}: {label}{value}{took}"
         line = f"{head} | {self.summary()}"
         self._print(head if self._live is not None else line)  # live: the counts are on the status line below
@@ -115,11 +116,11 @@ class Progress:
         left = ""
         if self.total and self.done_now:
             rate = elapsed / self.done_now
-            left = f", ~{_dur(rate * max(0, self.total - done))} left"
+            left = f", ~{duration(rate * max(0, self.total - done), clock=True)} left"
         best = f"best {self.spec.search.objective} {self.best[0]:.4g} ({self.best[1]})" if self.best else "best: none yet"
         c = self.counts
         return (f"[{done}/{self.total or '?'}] complete {c['complete']}  pruned {c['pruned']}  diverged {c['diverged']}  "
-                f"failed {c['failed']} | {best} | {_dur(elapsed)} elapsed{left}")
+                f"failed {c['failed']} | {best} | {duration(elapsed, clock=True)} elapsed{left}")
 
     def _render(self):
         from rich.console import Group
@@ -134,7 +135,7 @@ class Progress:
         for r in self.running.values():
             total = r["total"]
             frac = f"{r['step']}/{total}" if total else str(r["step"])
-            table.add_row(r["label"], frac, _dur(now - r["t0"]))
+            table.add_row(r["label"], frac, duration(now - r["t0"], clock=True))
         return Group(Text(self.summary(), style="bold"), table)
 
     def _refresh(self) -> None:
@@ -164,12 +165,3 @@ def _finite(v: Any) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
-
-
-def _dur(s: float) -> str:
-    s = int(round(s))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -1,0 +1,44 @@
+"""Two small text helpers every command uses: "did you mean ...?" and durations."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+def nearest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of `choices` to `word` (difflib ratio >= 0.5), or None."""
+    m = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
+    return m[0] if m else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """'; did you mean 'x'?' for a near miss, else the list of valid choices."""
+    choices = list(choices)
+    n = nearest(word, choices)
+    if n:
+        return f"; did you mean {n!r}?"
+    return "; valid: " + ", ".join(map(str, choices))
+
+
+def duration(seconds: float, *, clock: bool = False, exact: bool = False) -> str:
+    """A duration for people to read.
+
+    Prose (default): '45.3 s', '3.1 min', '1.2 h'; `exact=True` adds the seconds
+    to the longer forms ('3.1 min (185 s)'), as provenance does. `clock=True` is
+    the compact form of live progress lines: '45s', '3m05s', '1h02m'.
+    """
+    if seconds != seconds:
+        return "unknown"
+    if clock:
+        s = int(round(seconds))
+        if s < 60:
+            return f"{s}s"
+        if s < 3600:
+            return f"{s // 60}m{s % 60:02d}s"
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    tail = f" ({seconds:.0f} s)" if exact else ""
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min{tail}"
+    return f"{seconds / 3600:.2f} h{tail}" if exact else f"{seconds / 3600:.1f} h"
