@@ -37,7 +37,7 @@ def duration(seconds: float, *, clock: bool = False, exact: bool = False) -> str
             return f"{s // 60}m{s % 60:02d}s"
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     if seconds < 120:
-        return f"{seconds:.3g} s"
+        return f"{seconds:.1f} s"
     tail = f" ({seconds:.0f} s)" if exact else ""
     if seconds < 7200:
         return f"{seconds / 60:.1f} min{tail}"
