@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest_ray import rows, run_local_text, run_ray_text, spec_text, without_timing
+from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
 
 DATA = Path(__file__).parent / "data" / "driver"
 FAST = {"threads": 1, "steps": 10, "eval_every": 5}
@@ -26,6 +29,16 @@ SAMPLED = spec_text(seeds=2, train=FAST, stability=STAB,
                     space={"model.branches": {"values": [1, 2]}, "train.lr": {"loguniform": [0.01, 100.0]}},
                     search={"sampler": "random", "trials": 4, "seed": 3})
 SPECS = {"grid": GRID, "sampled": SAMPLED}
+
+
+@pytest.fixture
+def shipped():
+    """Ray workers cannot import this test module: its functions go by value."""
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def expected(name: str) -> list[dict]:
@@ -48,7 +61,7 @@ def test_local_runner_gives_the_trials_csv_it_gave_before(tmp_path, name, concur
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["grid", "sampled"])
-def test_ray_runner_gives_the_trials_csv_the_local_runner_gave_before(ray_local, tmp_path, name):
+def test_ray_runner_gives_the_trials_csv_the_local_runner_gave_before(ray_local, shipped, tmp_path, name):
     _, d, _ = run_ray_text(spec_text(SPECS[name], runner={"kind": "ray", "concurrency": 2}), tmp_path)
     assert without_timing(rows(d)) == without_timing(expected(name))
 
@@ -62,7 +75,8 @@ ADAPTIVE = spec_text(train={"threads": 1, "steps": 10, "eval_every": 5}, stabili
 class Adaptive:
     """lr 0.01 first; lr 0.02 and 0.03 (a longer run) only once 0.01's record exists (as a bracket
     that waits for a result before choosing the next learning rates). With `stop_after` records it
-    raises KeyboardInterrupt when asked (Ctrl-C in the middle of the search)."""
+    sends this process SIGINT, once, when asked: Ctrl-C in the middle of the search (the local runner
+    stops with KeyboardInterrupt; the Ray runner through Tune's own SIGINT handler, which stops it)."""
 
     def __init__(self, spec, stop_after: int | None = None):
         from nas_stab.search.plan import grid_jobs
@@ -75,7 +89,8 @@ class Adaptive:
     def pending(self, records, running):
         done = {r["key"] for r in records}
         if self.stop_after is not None and len(done) >= self.stop_after:
-            raise KeyboardInterrupt
+            self.stop_after = None
+            os.kill(os.getpid(), signal.SIGINT)
         if self.first.key not in done:
             out = [] if self.first.key in running else [self.first]
         elif all(j.key in done for j in self.later):
@@ -168,7 +183,7 @@ def toy_run(spec, params, seed, reporter=None, checkpoint=None):
 
 
 @pytest.mark.slow
-def test_an_adaptive_job_source_through_the_ray_runner_resumes_without_training_twice(ray_local, tmp_path):
+def test_an_adaptive_job_source_through_the_ray_runner_resumes_without_training_twice(ray_local, shipped, tmp_path):
     from nas_stab.config import loads_spec
 
     text = spec_text(ADAPTIVE, runner={"kind": "ray", "concurrency": 2})

@@ -29,7 +29,11 @@ decides, and it may decide as results come in:
 
 The driver asks it whenever a backend has a free slot (again after a run finished if it
 said []). Jobs already recorded or running are skipped, so a resumed search trains nothing
-twice. `GridSource` (every grid point x seed, all at once) is the `search.sampler: grid` one.
+twice. A `search.sampler` name registered in `JOB_SOURCES` (a class taking `(spec, limit)`,
+limit: `--trials`, None for all) selects a job source instead of Optuna's asks; `GridSource`
+(every grid point x seed, all pending at once) is `grid`. A job is `plan.Job(trial, seed,
+params, key, run_id)` with `key = config.config_key(resolved, seed)`: each is enqueued into
+the study and asked as one Optuna trial, exactly as a grid point.
 
 A backend is one of two shapes.
 
@@ -83,6 +87,7 @@ import traceback
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from nas_stab.registry import Registry
 from nas_stab.search import plan, trial_states
 from nas_stab.search.plan import Job
 from nas_stab.search.records import Records
@@ -101,6 +106,10 @@ class JobSource(Protocol):
     def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None: ...
 
 
+JOB_SOURCES = Registry("job source")  # search.sampler names whose jobs come from a job source
+
+
+@JOB_SOURCES.register("grid")
 class GridSource:
     """Every (grid point, seed) of the space, in grid order, all pending at once (`search.sampler: grid`).
 
@@ -180,8 +189,8 @@ class Driver:
         self.running: dict[int, Trial] = {}  # by Optuna trial number, until told
         self._no_more = False  # the job source said nothing more will come
         self._waiting = False  # the source said "nothing now": not asked again until a trial finishes
-        if source is None and spec.search.sampler == "grid":
-            source = GridSource(spec, trials)
+        if source is None and spec.search.sampler in JOB_SOURCES:
+            source = JOB_SOURCES.get(spec.search.sampler)(spec, trials)
         self.source = source
         if source is not None:
             total = getattr(source, "total", None)
