@@ -112,7 +112,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
                 verbose=0,
             ),
         )
-        rd.log(f"ray: {n_trials if n_trials is not None else 'as the job source gives'} trial(s), {res} per trial, concurrency {r.concurrency}, tune experiment {storage_path}/{name}")
+        rd.log(f"ray: {f'{n_trials} trial(s)' if n_trials is not None else 'trials as the job source gives them'}, {res} per trial, concurrency {r.concurrency}, tune experiment {storage_path}/{name}")
         clean = False
         record_pids()  # the raylet's agents exist by now
         try:
