@@ -82,17 +82,22 @@ def test_trials_csv_is_appended_per_trial_and_sorted_once_at_the_end(ray_local, 
 
 
 def _fake_tune(finish: int, *, interrupt: bool):
-    """A stand-in for ray_runner._run_tune: the last `finish` pending jobs end, in reverse order."""
+    """A stand-in for ray_runner._run_tune: of the trials the driver gives, the last `finish` end, in reverse order."""
 
-    def run(spec, rd, study, pending, n_trials, on_finish, run_fn):
-        from nas_stab.search import plan
+    def run(spec, rd, driver, run_fn):
+        from nas_stab.search.driver import WAIT
         from nas_stab.training.loop import RunResult
 
-        for job in reversed(pending[-finish:] if finish else []):
-            res = RunResult("complete", metrics={"val_acc": job.params["train.lr"]}, steps=2, history=[{"step": 2}])
-            on_finish([plan.make_row(spec, job, res, None)], [res])
+        trials = []
+        while (t := driver.next_trial()) not in (None, WAIT):
+            trials.append(t)
+        for t in reversed(trials[-finish:] if finish else []):
+            t.results = [(RunResult("complete", metrics={"val_acc": t.params["train.lr"]}, steps=2, history=[{"step": 2}]), "")]
+            driver.finish(t)
         if interrupt:
             raise KeyboardInterrupt  # as run_ray's Tune stopping early
+        for t in trials[:-finish] if finish else trials:
+            driver.abandon(t)
 
     return run
 

@@ -1,7 +1,7 @@
 """Write before tell (issue 16, point 1): a finished trial's history and trials.csv rows
 are on disk (fsynced) before Optuna is told, for every sampler, and a rerun reconciles
 the study with trials.csv. The driver is killed, or its disk fills, exactly inside the
-window between the two, through the NAS_STAB_FAULT test hook (nas_stab.search.plan.write_records):
+window between the two, through the NAS_STAB_FAULT test hook (nas_stab.search.records.write_records):
 no timing luck. Then a rerun: 0 runs lost, 0 duplicated."""
 from __future__ import annotations
 
@@ -62,20 +62,20 @@ def test_sampled_search_killed_between_records_and_tell_loses_nothing(tmp_path):
 
 
 def test_sampled_search_disk_full_at_records_loses_nothing(tmp_path, monkeypatch, capsys):
-    from nas_stab.search import plan
+    from nas_stab.search import records
 
     spec = tmp_path / "tiny.yaml"
     spec.write_text(SAMPLED)
     out = tmp_path / "out"
-    monkeypatch.setenv(plan.FAULT_ENV, "enospc@2")
-    monkeypatch.setattr(plan, "_fault_calls", [0])
+    monkeypatch.setenv(records.FAULT_ENV, "enospc@2")
+    monkeypatch.setattr(records, "_fault_calls", [0])
     assert _main("run", spec, "--out", out) == 2
     err = capsys.readouterr().err
     assert "No space left on device" in err and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("error: No space left on device")
     d = out / "tiny"
     assert len(_rows(d)) == 2
-    monkeypatch.delenv(plan.FAULT_ENV)
+    monkeypatch.delenv(records.FAULT_ENV)
     assert _main("run", spec, "--out", out) == 0
     _check_complete(d, 4)
 

@@ -38,6 +38,7 @@ import traceback
 from multiprocessing.connection import wait as wait_any
 
 from nas_stab.search import plan
+from nas_stab.search.records import FAULT_ENV
 
 
 def worker_threads(spec, n: int) -> int:
@@ -63,12 +64,17 @@ class WorkerPool:
 
     def _start(self) -> "_Worker":
         here, there = self._ctx.Pipe(duplex=True)
-        fault = os.environ.get(plan.FAULT_ENV, "")  # the fork server's environment may be older than ours
+        fault = os.environ.get(FAULT_ENV, "")  # the fork server's environment may be older than ours
         p = self._ctx.Process(target=_worker_main, args=(there, self.spec, self.threads, fault),
                               name="nas-stab-worker", daemon=True)
         p.start()
         there.close()  # only the worker holds its end: the driver sees EOF if the worker dies
         return _Worker(p, here)
+
+    def grow(self) -> None:
+        """One more worker (a job source gave more runs than the pool was started for)."""
+        self._workers.append(self._start())
+        self.n += 1
 
     @property
     def idle(self) -> int:

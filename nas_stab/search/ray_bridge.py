@@ -12,15 +12,16 @@ Why not Ray's `OptunaSearch` plus a Ray scheduler (facts checked on Ray
    raises and Ray only logs a warning); and a diverging trial (NaN at a rung)
    slips past ASHA.
 
-`OptunaBridge` owns the study (only the driver touches it) and shows two
+`OptunaBridge` serves the search's driver (only the driver touches the study) and shows two
 faces to Tune:
 
-- `bridge.searcher` (a `ray.tune.search.Searcher`): ``suggest`` asks Optuna
-  for the next trial, enqueuing the next grid point or sampling define-by-run
-  from the YAML space (`Space.suggest`, as the local runner does);
-  ``on_trial_complete`` tells the study the right final state (`plan.tell`:
-  COMPLETE, PRUNED, PRUNED with status=diverged, FAIL) and writes the
-  trial's rows and histories into the run directory.
+- `bridge.searcher` (a `ray.tune.search.Searcher`): ``suggest`` asks the
+  driver (`driver.Driver.next_trial`, as the local runner does) for the next
+  trial: the next job of the grid or job source enqueued, or sampled
+  define-by-run from the YAML space; ``on_trial_complete`` hands the trial's
+  results to the driver, which writes its rows and histories into the run
+  directory, then tells the study the right final state (COMPLETE, PRUNED,
+  PRUNED with status=diverged, FAIL).
 - `bridge.scheduler` (a `ray.tune.schedulers.FIFOScheduler`):
   ``on_trial_result`` takes each evaluation, runs the divergence rule (a
   non-finite value or training loss: diverged, STOP), reports the value to
@@ -44,7 +45,7 @@ from typing import Any, Callable
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from nas_stab.search import plan
+from nas_stab.search.driver import WAIT
 from nas_stab.search.ray_trial import KIND, decode_result, finite
 
 
@@ -52,9 +53,7 @@ from nas_stab.search.ray_trial import KIND, decode_result, finite
 class Live:
     """A Tune trial the driver started and has not closed yet."""
 
-    ot: Any  # the Optuna trial
-    jobs: list  # plan.Job per seed (grid: one)
-    params: dict
+    trial: Any  # the driver's Trial (its Optuna trial, its jobs: one per seed, grid: one)
     results: dict = field(default_factory=dict)  # seed index -> (RunResult, tb, resumed_from)
     decision: str | None = None  # None | "pruned" | "diverged"
     told_stop: bool = False
@@ -63,74 +62,50 @@ class Live:
     last: dict = field(default_factory=dict)  # last evaluation: step, metrics
     reported: set = field(default_factory=set)
 
+    @property
+    def jobs(self) -> list:
+        return self.trial.jobs
+
 
 class OptunaBridge:
     """The shared state of the searcher and scheduler faces (see the module docstring).
 
     Args:
         spec: the experiment.
-        study: its Optuna study (the driver's; workers never see it).
-        jobs: grid experiments: the pending jobs, in order; None for samplers.
-        n_trials: sampled experiments: how many Optuna trials to start.
-        on_finish: called with (rows, results) when a trial ends, before Optuna is told (it writes the records).
+        driver: the search's `driver.Driver` (it asks, tells and writes the records; workers never see it).
         board: the board actor handle (None: pruned trials are STOPped at once).
         log: a function taking one line for log.txt.
-        offset: step offset between the seeds of a sampled trial in its intermediate values.
         trial_config: settings every trial gets in ``config["nas"]`` (threads, checkpoint_every).
     """
 
-    def __init__(self, spec, study, *, jobs: list | None, n_trials: int, on_finish: Callable, board=None,
-                 log: Callable = print, offset: int = 0, trial_config: dict | None = None):
+    def __init__(self, spec, driver, *, board=None, log: Callable = print, trial_config: dict | None = None):
         self.spec = spec
-        self.offset = offset
-        self.trial_config = dict(trial_config or {}, offset=offset)
-        self.study = study
-        self.jobs = list(jobs) if jobs is not None else None
-        self.n_trials = n_trials
-        self.started = 0
-        self.on_finish = on_finish
+        self.driver = driver
+        self.offset = driver.offset  # step offset between the seeds of a sampled trial in its intermediate values
+        self.trial_config = dict(trial_config or {}, offset=self.offset)
         self.board = board
         self.log = log
-        self.base = plan.base_lookup(spec)
         self.live: dict[str, Live] = {}
-        self.finished: list[str] = []  # statuses of closed trials, in order
         self.interrupted = 0  # trials closed without a result (the driver stopped early)
         self.searcher = BridgeSearcher(self)
         self.scheduler = BridgeScheduler(self)
 
     # ---------------------------------------------------------- searcher side
 
-    @property
-    def planned(self) -> int:
-        return len(self.jobs) if self.jobs is not None else self.n_trials
-
-    def suggest(self, trial_id: str) -> dict | None:
-        if self.jobs is not None:
-            if not self.jobs:
-                return None
-            job = self.jobs.pop(0)
-            self.study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
-            ot = self.study.ask()
-            self.spec.space.suggest(ot, self.base, grid=True)  # records the enqueued values with their distributions
-            params, jobs, seeds = job.params, [job], [job.seed]
-        else:
-            if self.started >= self.n_trials:
-                return None
-            ot = self.study.ask()
-            try:
-                params = self.spec.space.suggest(ot, self.base)
-            except BaseException:
-                plan.tell(self.study, ot, "failed", None, traceback.format_exc(limit=3))
-                raise
-            seeds = list(self.spec.seeds)
-            jobs = [plan.sampled_job(self.spec, ot.number, params, s) for s in seeds]
-        self.started += 1
-        ot.set_user_attr("ray_trial_id", trial_id)
-        self.live[trial_id] = Live(ot=ot, jobs=jobs, params=params)
-        return {"nas": {"params": params, "seeds": seeds, "run_ids": [j.run_id for j in jobs], **self.trial_config}}
+    def suggest(self, trial_id: str):
+        """The next trial's config for Tune; Searcher.FINISHED when no more will come, None: not now."""
+        trial = self.driver.next_trial()
+        if trial is None:
+            return Searcher.FINISHED
+        if trial is WAIT:
+            return None  # Tune asks again
+        trial.ot.set_user_attr("ray_trial_id", trial_id)
+        self.live[trial_id] = Live(trial=trial)
+        return {"nas": {"params": trial.params, "seeds": [j.seed for j in trial.jobs],
+                        "run_ids": [j.run_id for j in trial.jobs], **self.trial_config}}
 
     def complete(self, trial_id: str, result: dict | None, error: bool) -> None:
-        """Tune says the trial is over: tell Optuna its state, write its rows."""
+        """Tune says the trial is over: the driver writes its rows and tells Optuna its state."""
         live = self.live.pop(trial_id, None)
         if live is None:
             return
@@ -138,12 +113,11 @@ class OptunaBridge:
             self._complete(live, result or {}, error)
         except BaseException:
             # never leave the Optuna trial RUNNING, whatever went wrong here
-            if not _finished(live.ot, self.study):
-                plan.tell(self.study, live.ot, "failed", None, "driver error:\n" + traceback.format_exc(limit=5))
+            if not live.trial.closed:
+                self.driver.abandon(live.trial, "driver error:\n" + traceback.format_exc(limit=5), status="failed")
             raise
 
     def _complete(self, live: Live, result: dict, error: bool) -> None:
-        spec = self.spec
         if KIND in result and result.get(KIND) == "run_done":
             self._take_run_done(live, result)  # a last result Tune did not route to the scheduler
         results = []
@@ -158,26 +132,15 @@ class OptunaBridge:
                 self._close_interrupted(live)
                 return
             results.append((self._synthesize(live, error), "", None))
-        rows, res_objs = [], []
-        for (res, tb, resumed), job in zip(results, live.jobs):
-            if tb:
-                self.log(f"{job.run_id} failed:\n{tb}")
+        ot = live.trial.ot
+        for (_, _, resumed), job in zip(results, live.jobs):
             if resumed is not None:
                 self.log(f"{job.run_id} resumed from its checkpoint at step {resumed} after {live.failures} worker failure(s)")
-                live.ot.set_user_attr("resumed_from_step", resumed)
-            rows.append(plan.make_row(spec, job, res, live.ot.number))
-            res_objs.append(res)
+                ot.set_user_attr("resumed_from_step", resumed)
         if live.failures:
-            live.ot.set_user_attr("ray_failures", live.failures)
-        self.on_finish(rows, res_objs)  # the records reach disk before Optuna is told (plan.open_study)
-        if self.jobs is not None:  # grid: one run per Optuna trial
-            res = res_objs[0]
-            plan.tell(self.study, live.ot, res.status, res.metrics.get(spec.search.objective), res.error)
-            status = res.status
-        else:
-            status = plan.trial_status(res_objs)
-            plan.tell(self.study, live.ot, status, plan.run_value(spec, res_objs), "; ".join(r.error for r in res_objs if r.error))
-        self.finished.append(status)
+            ot.set_user_attr("ray_failures", live.failures)
+        live.trial.results = [(res, tb) for res, tb, _ in results]
+        self.driver.finish(live.trial)  # the records reach disk before Optuna is told
 
     def _synthesize(self, live: Live, error: bool):  # noqa: ARG002 (error: the only other case)
         """The record of a run that ended without sending its RunResult."""
@@ -230,8 +193,8 @@ class OptunaBridge:
             return "CONTINUE"
         if step not in live.reported:  # a trial resumed from a checkpoint repeats some steps
             live.reported.add(step)
-            live.ot.report(float(value), step)
-            if live.ot.should_prune():
+            live.trial.report(float(value), step)
+            if live.trial.should_prune():
                 live.decision = "pruned"
                 if self.board is None:
                     return "STOP"
@@ -251,7 +214,7 @@ class OptunaBridge:
         i = int(result["nas_index"])
         live.results[i] = decode_result(result["nas_result"])
         if result.get("nas_node"):
-            live.ot.set_user_attr("ray_node", result["nas_node"])
+            live.trial.ot.set_user_attr("ray_node", result["nas_node"])
 
     def on_error(self, trial_id: str, message: str) -> None:
         live = self.live.get(trial_id)
@@ -268,25 +231,15 @@ class OptunaBridge:
         """Close every trial still live (the driver is stopping early): FAIL, status interrupted."""
         n = 0
         for tid, live in list(self.live.items()):
-            if not _finished(live.ot, self.study):
+            if not live.trial.closed:
                 self._close_interrupted(live)
                 n += 1
             del self.live[tid]
         return n
 
     def _close_interrupted(self, live: Live) -> None:
-        from optuna.trial import TrialState
-
-        live.ot.set_user_attr("status", plan.INTERRUPTED)
-        self.study.tell(live.ot, state=TrialState.FAIL)
+        self.driver.abandon(live.trial)
         self.interrupted += 1
-
-
-def _finished(ot, study) -> bool:
-    from optuna.trial import TrialState
-
-    t = study._storage.get_trial(ot._trial_id)
-    return t.state != TrialState.RUNNING
 
 
 def _error_message(trial) -> str:
@@ -331,8 +284,7 @@ class BridgeSearcher(_Face, Searcher):
         return True
 
     def suggest(self, trial_id: str):
-        cfg = self._bridge.suggest(trial_id)
-        return Searcher.FINISHED if cfg is None else cfg
+        return self._bridge.suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         pass  # the scheduler face sees every result first

@@ -33,62 +33,34 @@ from pathlib import Path
 from typing import Callable
 
 from nas_stab.errors import RunError
-from nas_stab.search import plan
+from nas_stab.search.driver import Driver
 
 RAY_TESTED = "2.60."  # Searcher and TrialScheduler are Ray developer APIs: see tests/test_ray_traps.py
 PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
 CLIENT_STAGING = ".ray_client"  # Tune's driver staging dir under Ray Client (see _driver_staging_here)
 
 
-def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None) -> dict:
+def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None,
+            source=None) -> dict:
     """Run every pending trial of `spec` on Ray Tune into run directory `rd`. Returns status counts.
 
-    `run_fn` replaces `plan.run_job` in the workers (tests use toy runs).
+    `run_fn` replaces `plan.run_job` in the workers (tests use toy runs); `source` (a
+    `driver.JobSource`) replaces the grid or the sampler as where jobs come from.
     """
-    study, rows = plan.open_study(spec, rd)
-    searched = spec.space.keys
-
-    if spec.search.sampler == "grid":
-        jobs = plan.grid_jobs(spec)
-        if trials is not None:
-            jobs = jobs[:trials]
-        pending = [j for j in jobs if j.key not in rows]
-        total, n_trials = len(jobs), len(pending)
-    else:
-        target = trials if trials is not None else spec.search.trials
-        pending, n_trials = None, plan.sampled_remaining(spec, study, rows, target, rd.log)
-        total = target * len(spec.seeds)
-
-    progress = plan.Progress(spec, total, stream=progress_stream, live=False)  # plain lines: Ray's workers print to the terminal too
-    for r in rows.values():
-        progress.add_existing(r)
-    if rows:
-        progress.note(f"resuming {rd.path}: {len(rows)} runs already recorded")
-    in_order = plan.in_trial_order(rows.values())  # False after a run killed between an append and its final sort
-    added = 0
-
-    def on_finish(new_rows: list[dict], results) -> None:
-        # as the local runner: append the new rows (fsynced), not rewrite every row after every trial
-        # called before Optuna is told (OptunaBridge._complete): a kill between the two loses nothing
-        nonlocal added
-        plan.save_records(rd, spec, rows, new_rows, results)
-        added += len(new_rows)
-        for row in new_rows:
-            rd.log(progress.update(row))
-
+    # plain progress lines: Ray's workers print to the terminal too
+    driver = Driver(spec, rd, trials=trials, source=source, progress_stream=progress_stream, live=False)
     try:
-        if n_trials:
-            _run_tune(spec, rd, study, pending, n_trials, on_finish, run_fn)
+        if driver.startable():
+            _run_tune(spec, rd, driver, run_fn)
+    except BaseException:
+        driver.close_running()
+        raise
     finally:
-        if added or not in_order:  # appended rows are in the order trials finished: back to (trial, seed) order
-            rd.write_trials(rows.values(), searched, spec.task.kind)
-    counts: dict[str, int] = {}
-    for r in rows.values():
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts = driver.close()  # trials.csv back in (trial, seed) order, also after an interruption
     return counts
 
 
-def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> None:
+def _run_tune(spec, rd, driver, run_fn) -> None:
     _check_client_storage(spec.runner)
     with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as record_pids:
         import ray
@@ -107,10 +79,9 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
             .options(scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
             .remote()
         )
-        bridge = OptunaBridge(
-            spec, study, jobs=pending, n_trials=n_trials, on_finish=on_finish, board=board, log=rd.log,
-            offset=plan.steps_hint(spec), trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every},
-        )
+        bridge = OptunaBridge(spec, driver, board=board, log=rd.log,
+                              trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every})
+        n_trials = driver.planned  # None: as many as the job source gives
         fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
         fn = tune.with_resources(fn, {k: v for k, v in res.items() if v})
         name = f"{spec.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
@@ -127,7 +98,7 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
             tune_config=tune.TuneConfig(
                 search_alg=bridge.searcher,
                 scheduler=bridge.scheduler,
-                num_samples=n_trials,
+                num_samples=-1 if n_trials is None else n_trials,
                 max_concurrent_trials=r.concurrency,
                 reuse_actors=True,
                 trial_name_creator=lambda t: f"trial_{t.trial_id}",
@@ -141,13 +112,13 @@ def _run_tune(spec, rd, study, pending, n_trials: int, on_finish, run_fn) -> Non
                 verbose=0,
             ),
         )
-        rd.log(f"ray: {n_trials} trial(s), {res} per trial, concurrency {r.concurrency}, tune experiment {storage_path}/{name}")
+        rd.log(f"ray: {f'{n_trials} trial(s)' if n_trials is not None else 'trials as the job source gives them'}, {res} per trial, concurrency {r.concurrency}, tune experiment {storage_path}/{name}")
         clean = False
         record_pids()  # the raylet's agents exist by now
         try:
             with _quiet_tune(), (_driver_staging_here(rd.path / CLIENT_STAGING) if client else contextlib.nullcontext()):
                 tuner.fit()
-            clean = not bridge.live and bridge.started == n_trials and not bridge.interrupted
+            clean = not bridge.live and driver.exhausted and not bridge.interrupted
         finally:
             left = bridge.close_unfinished()
             if left:

@@ -184,8 +184,8 @@ def trial_main(config: dict, *, spec, board=None, cwd: str | None = None, run_fn
         enc = encode_result(result, tb, resumed_from)
         done.append(enc)
         tune.report({KIND: "run_done", "nas_index": i, "nas_result": enc, "nas_node": _node_id()})
-        if result.status != "complete":
-            break  # a pruned, diverged or failed seed ends the trial
+        if plan.ends_trial(result):
+            break  # the driver's seed policy: a pruned, diverged or failed seed ends the trial
 
 
 # ---------------------------------------------------------------- data, once per worker process

@@ -1,0 +1,372 @@
+"""The driver of a search: the one place that asks Optuna, tells it, writes the records and shows progress.
+
+Every runner goes through one `Driver` (one per `nas-stab run`, in the `nas-stab run`
+process): it opens the study and reconciles it with trials.csv (`trial_states.open_study`),
+asks Optuna for the next trial, writes a finished trial's records before telling Optuna its
+state (`records.Records.save`), closes the trials still in flight when it stops (status
+interrupted), follows the seed policy (`plan.ends_trial`) and sorts trials.csv once at the
+end. Backends only train runs and stream their reports back.
+
+Words:
+
+- a *job* (`plan.Job`) is one run: a configuration x a seed, with a stable key;
+- a *trial* (`Trial`) is one Optuna trial in flight. A job from a job source is one trial
+  (its parameters enqueued, then asked, so the study records every run with its parameters
+  and the pruner sees it); a sampler's trial (`search.sampler` random, tpe, ...) is one
+  configuration Optuna suggests, trained once per seed in order until a seed does not
+  complete, its value the mean objective over its seeds;
+- a *run* (`Run`) is one job of a trial handed to a backend, with where its reports go.
+
+Where jobs come from. Samplers are ask-driven (Optuna suggests). Otherwise a *job source*
+decides, and it may decide as results come in:
+
+    class JobSource(Protocol):
+        total: int | None      # optional: runs it yields in all, if known (progress display)
+        def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
+            '''Jobs that may start now, given every recorded trials.csv row (dicts) and the keys
+            of the runs in flight; [] = nothing now, ask again when a run finishes; None =
+            nothing more will come.'''
+
+The driver asks it whenever a backend has a free slot (again after a run finished if it
+said []). Jobs already recorded or running are skipped, so a resumed search trains nothing
+twice. A `search.sampler` name registered in `JOB_SOURCES` (a class taking `(spec, limit)`,
+limit: `--trials`, None for all) selects a job source instead of Optuna's asks; `GridSource`
+(every grid point x seed, all pending at once) is `grid`. A job is `plan.Job(trial, seed,
+params, key, run_id)` with `key = config.config_key(resolved, seed)`: each is enqueued into
+the study and asked as one Optuna trial, exactly as a grid point.
+
+A backend is one of two shapes.
+
+1. An *executor* (the local runner in-process and its worker pool; a Dask or SLURM backend
+   would be one too): four members, and `Driver.drive(executor)` does the rest.
+
+       class Executor(Protocol):
+           idle: int    # runs it can start now
+           busy: list   # runs in progress
+           def submit(self, run: Run) -> None: ...                 # start training run.job
+           def wait(self) -> list[tuple[Run, RunResult, str]]: ...  # >= 1 finished: (run, result, traceback text)
+
+   Training a run, wherever it happens, is
+
+       reporter = plan.make_reporter(run, spec.search.objective, offset=run.offset, prune=driver.prune)
+       result, tb = plan.run_job(spec, run.job.params, run.job.seed, reporter, resolved=run.resolved)
+
+   where `run.report(value, step)` and `run.should_prune()` are called in the driver's
+   process (an executor with remote workers forwards them, as `local_pool` does over a pipe;
+   one that cannot simply reports nothing and never prunes). For example, a thread pool:
+
+       class Threads:
+           def __init__(self, spec, driver, n):
+               self.pool, self.spec, self.driver = ThreadPoolExecutor(n), spec, driver
+               self.n, self.futures = n, {}
+           idle = property(lambda self: self.n - len(self.futures))
+           busy = property(lambda self: list(self.futures.values()))
+           def submit(self, run):
+               rep = plan.make_reporter(run, self.spec.search.objective, offset=run.offset, prune=False)
+               f = self.pool.submit(plan.run_job, self.spec, run.job.params, run.job.seed, rep, resolved=run.resolved)
+               self.futures[f] = run
+           def wait(self):
+               done, _ = concurrent.futures.wait(self.futures, return_when=FIRST_COMPLETED)
+               return [(self.futures.pop(f), *f.result()) for f in done]
+
+       driver = Driver(spec, rd)
+       try:
+           driver.drive(Threads(spec, driver, 4))
+       finally:
+           counts = driver.close()
+
+2. A backend that schedules trials itself (Ray Tune, `ray_bridge`): it calls
+   `driver.next_trial()` when it has a slot (a `Trial`, `WAIT`: nothing now, ask again later,
+   or None: nothing more), trains `trial.jobs` in order under the seed policy, reports
+   through `trial.report` / `trial.should_prune`, appends (result, traceback) to
+   `trial.results` and calls `driver.finish(trial)`; `driver.abandon(trial)` if it gives up.
+"""
+from __future__ import annotations
+
+import traceback
+from collections.abc import Collection, Sequence
+from typing import Protocol
+
+from nas_stab.registry import Registry
+from nas_stab.search import plan, trial_states
+from nas_stab.search.plan import Job
+from nas_stab.search.records import Records
+from nas_stab.search.trial_states import INTERRUPTED
+
+
+class _Wait:
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+WAIT = _Wait()  # nothing to start now: ask again when a trial finishes
+
+
+class JobSource(Protocol):
+    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None: ...
+
+
+JOB_SOURCES = Registry("job source")  # search.sampler names whose jobs come from a job source
+
+
+@JOB_SOURCES.register("grid")
+class GridSource:
+    """Every (grid point, seed) of the space, in grid order, all pending at once (`search.sampler: grid`).
+
+    `limit` keeps the first `limit` jobs (`nas-stab run --trials`).
+    """
+
+    def __init__(self, spec, limit: int | None = None):
+        self.jobs = plan.grid_jobs(spec)[:limit] if limit is not None else plan.grid_jobs(spec)
+        self.total = len(self.jobs)
+        self._todo = self.jobs
+
+    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
+        done = {r["key"] for r in records}
+        self._todo = [j for j in self._todo if j.key not in done]
+        return [j for j in self._todo if j.key not in running] if self._todo else None
+
+
+class Trial:
+    """One Optuna trial in flight: its jobs (one per seed, trained in order), and their results so far."""
+
+    def __init__(self, ot, jobs: list[Job], params: dict):
+        self.ot, self.jobs, self.params = ot, jobs, params
+        self.results: list[tuple] = []  # (RunResult, traceback text) per job trained, in order
+        self.closed = False  # told Optuna its final state
+
+    @property
+    def number(self) -> int:
+        return self.ot.number
+
+    def report(self, value: float, step: int) -> None:
+        self.ot.report(value, step)
+
+    def should_prune(self) -> bool:
+        return self.ot.should_prune()
+
+    def next_index(self) -> int | None:
+        """The seed policy: the next job to train, or None when the trial is over."""
+        n = len(self.results)
+        if n >= len(self.jobs) or (n and plan.ends_trial(self.results[-1][0])):
+            return None
+        return n
+
+
+class Run:
+    """One job of a trial, handed to an executor; its reports go to the trial and the progress display."""
+
+    def __init__(self, trial: Trial, index: int, offset: int, progress):
+        self.trial, self.index, self.offset, self._progress = trial, index, offset, progress
+        self.job: Job = trial.jobs[index]
+        self.resolved = self.job.resolved
+
+    def report(self, value: float, step: int) -> None:
+        self._progress.step(self.job.run_id, step - self.offset)
+        self.trial.report(value, step)
+
+    def should_prune(self) -> bool:
+        return self.trial.should_prune()
+
+
+class Driver:
+    """The study, the records and the progress of one search (see the module docstring).
+
+    With no `source`, a grid experiment uses `GridSource` and the other samplers ask Optuna.
+    `trials` caps the runs (grid) or trials (samplers) of this call, as `nas-stab run --trials`.
+    """
+
+    def __init__(self, spec, rd, *, trials: int | None = None, source: JobSource | None = None,
+                 progress_stream=None, live: bool | None = None):
+        from nas_stab.search.progress import Progress
+
+        self.spec, self.rd = spec, rd
+        self.study, rows = trial_states.open_study(spec, rd)
+        self.records = Records(rd, spec, rows)
+        self.prune = spec.search.pruner.name != "none"
+        self.offset = plan.steps_hint(spec)  # step offset between the seeds of a trial in Optuna's intermediate values
+        self._base = plan.base_lookup(spec)
+        self.running: dict[int, Trial] = {}  # by Optuna trial number, until told
+        self._no_more = False  # the job source said nothing more will come
+        self._waiting = False  # the source said "nothing now": not asked again until a trial finishes
+        if source is None and spec.search.sampler in JOB_SOURCES:
+            source = JOB_SOURCES.get(spec.search.sampler)(spec, trials)
+        self.source = source
+        if source is not None:
+            total = getattr(source, "total", None)
+            todo = len(self._fresh(source.pending(list(rows.values()), ())) or [])
+            if rows and total is not None:
+                note = f"{total - todo} of {total} runs already recorded; training the other {todo}"
+            else:
+                note = f"{len(rows)} runs already recorded"
+            self.remaining = None
+        else:
+            target = trials if trials is not None else spec.search.trials
+            self.remaining = trial_states.sampled_remaining(spec, self.study, rows, target, rd.log)
+            self.asked = 0
+            total = target * len(spec.seeds)
+            note = f"{len(rows)} runs already recorded; {self.remaining} trial(s) to go"
+        self.progress = Progress(spec, total, stream=progress_stream, live=live)
+        for r in rows.values():
+            self.progress.add_existing(r)
+        if rows:
+            self.progress.note(f"resuming {rd.path}: {note}")
+
+    # ------------------------------------------------------------------ asking
+
+    def startable(self) -> int:
+        """How many trials could start now (0: none now; a job source may give more later)."""
+        if self.source is None:
+            return self.remaining - self.asked
+        if self._waiting or self._no_more:
+            return 0
+        return len(self._fresh(self._pending()) or [])
+
+    @property
+    def exhausted(self) -> bool:
+        """No trial will be started any more."""
+        return self.asked >= self.remaining if self.source is None else self._no_more
+
+    @property
+    def planned(self) -> int | None:
+        """Trials still to start, when known now (samplers); None for a job source."""
+        return self.remaining - self.asked if self.source is None else None
+
+    def next_trial(self):
+        """The next Optuna trial to train (a `Trial`), `WAIT` (nothing now), or None (nothing more)."""
+        spec, study = self.spec, self.study
+        if self.source is None:
+            if self.asked >= self.remaining:
+                return None
+            ot = study.ask()
+            self.asked += 1
+            try:
+                params = spec.space.suggest(ot, self._base)
+            except BaseException as e:
+                status = "failed" if isinstance(e, Exception) else INTERRUPTED
+                trial_states.tell(study, ot, status, None, traceback.format_exc(limit=3))
+                raise
+            resolved = plan.try_resolve(spec, params)
+            trial = Trial(ot, [plan.sampled_job(spec, ot.number, params, s, resolved=resolved) for s in spec.seeds], params)
+        else:
+            job = self._next_job()
+            if job is None or job is WAIT:
+                return job
+            study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
+            ot = study.ask()
+            trial = Trial(ot, [job], job.params)
+            spec.space.suggest(ot, self._base, grid=True)  # records the enqueued values with their distributions
+        self.running[ot.number] = trial
+        return trial
+
+    def next_run(self):
+        """The first run of the next trial (a `Run`), `WAIT`, or None: for executors."""
+        trial = self.next_trial()
+        return trial if trial is None or trial is WAIT else self._run(trial, 0)
+
+    def _pending(self):
+        running = {j.key for t in self.running.values() for j in t.jobs}
+        got = self.source.pending(list(self.records.rows.values()), running)
+        return None if got is None else [j for j in got if j.key not in running]
+
+    def _fresh(self, got):
+        return None if got is None else [j for j in got if j.key not in self.records.rows]
+
+    def _next_job(self):
+        if self._no_more:
+            return None
+        if self._waiting:
+            return WAIT
+        got = self._fresh(self._pending())
+        if got:
+            return got[0]
+        if got is None or not self.running:  # [] with nothing in flight would wait forever
+            self._no_more = True
+            return None
+        self._waiting = True
+        return WAIT
+
+    def _run(self, trial: Trial, index: int) -> Run:
+        run = Run(trial, index, index * self.offset, self.progress)
+        self.progress.started(run.job.run_id, run.job.params, run.job.seed, plan.steps_hint(run.resolved or self.spec))
+        return run
+
+    # ------------------------------------------------------------------ telling
+
+    def run_done(self, run: Run, result, tb: str = "") -> Run | None:
+        """A run finished: the trial's next run (seed policy), or None once the trial is recorded and told."""
+        trial = run.trial
+        trial.results.append((result, tb))
+        i = trial.next_index()
+        if i is None:
+            self.finish(trial)
+            return None
+        return self._run(trial, i)
+
+    def finish(self, trial: Trial) -> None:
+        """Write the trial's records (fsynced), then tell Optuna: a kill between the two loses nothing."""
+        spec = self.spec
+        rows, results = [], []
+        for (res, tb), job in zip(trial.results, trial.jobs):
+            if tb:
+                self.rd.log(f"{job.run_id} failed:\n{tb}")
+            rows.append(plan.make_row(spec, job, res, trial.number))
+            results.append(res)
+        self.records.save(rows, results)
+        trial_states.tell(self.study, trial.ot, plan.trial_status(results), plan.run_value(spec, results),
+                          "; ".join(r.error for r in results if r.error))
+        self._closed(trial)
+        for row in rows:
+            self.rd.log(self.progress.update(row))
+
+    def abandon(self, trial: Trial, error: str = "interrupted", status: str = INTERRUPTED) -> None:
+        """Close a trial without records: interrupted (trained again on a rerun) or failed."""
+        if trial.closed:
+            return
+        try:
+            trial_states.tell(self.study, trial.ot, status, None, error)
+        finally:
+            self._closed(trial)
+
+    def _closed(self, trial: Trial) -> None:
+        trial.closed = True
+        self.running.pop(trial.number, None)
+        self._waiting = False
+
+    def close_running(self) -> int:
+        """Close every trial still in flight as interrupted (the driver is stopping); how many."""
+        n = 0
+        for trial in list(self.running.values()):
+            try:
+                self.abandon(trial)
+                n += 1
+            except Exception:  # closing what can be closed; a rerun closes the rest
+                pass
+        return n
+
+    def close(self) -> dict[str, int]:
+        """The end of the search: the display closed, trials.csv in (trial, seed) order; counts by status."""
+        self.progress.close()
+        return self.records.close()
+
+    # ------------------------------------------------------------------ executors
+
+    def drive(self, executor) -> None:
+        """Train every trial on `executor` (see the module docstring); trials in flight are closed
+        as interrupted if anything stops it (Ctrl-C, an error)."""
+        try:
+            while True:
+                while executor.idle:
+                    run = self.next_run()
+                    if run is None or run is WAIT:
+                        break
+                    executor.submit(run)
+                if not executor.busy:
+                    return
+                for run, result, tb in executor.wait():
+                    following = self.run_done(run, result, tb)
+                    if following is not None:
+                        executor.submit(following)  # the next seed, on the slot the previous one freed
+        except BaseException:
+            self.close_running()
+            raise

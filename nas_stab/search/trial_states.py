@@ -1,0 +1,161 @@
+"""The Optuna study of a run: opened and reconciled with trials.csv, and each trial told its final state.
+
+Only public Optuna API: `Study.ask`/`tell`/`get_trials`/`enqueue_trial`, `Trial`'s methods, and for
+trials left RUNNING by a killed driver (no `Trial` object to hand) the public `BaseStorage` methods of
+a storage built by `optuna_study.make_storage` on the same URL.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+INTERRUPTED = "interrupted"
+
+
+class _TrialAttrs:
+    """Sets user attributes of a trial by number, through a storage handle of our own (public API)."""
+
+    def __init__(self, study, url: str):
+        from nas_stab.search.optuna_study import make_storage
+
+        self.storage = make_storage(url)  # the same database as the study's: only RUNNING trials are written
+        self.study_id = self.storage.get_study_id_from_name(study.study_name)
+
+    def set(self, number: int, key: str, value) -> None:
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        self.storage.set_trial_user_attr(trial_id, key, value)
+
+
+def open_study(spec, rd):
+    """The run's Optuna study, reconciled with trials.csv, and the runs it records by key.
+
+    Records are written (fsynced) before Optuna is told a trial finished
+    (`records.write_records`), so a driver killed between the two leaves a RUNNING trial
+    whose rows are all on disk: it is told now, from its rows. Trials left running
+    without all their rows are closed as FAIL (status interrupted) and trained again.
+    """
+    from optuna.trial import TrialState
+
+    from nas_stab.errors import RunError
+    from nas_stab.search.optuna_study import create_study
+
+    url = spec.search.storage or rd.storage_url
+    try:
+        study = create_study(spec, url)
+    except Exception as e:  # a damaged study.db, a database that refuses us: one line, not a traceback
+        msg = " ".join(str(e).split())[:300]
+        raise RunError(f"cannot open the Optuna storage {url}: {type(e).__name__}: {msg}; "
+                       "move the run directory aside or rerun with --fresh") from None
+    rows = {r["key"]: r for r in rd.read_trials()}
+    left = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+    attrs = _TrialAttrs(study, url) if left else None  # a second handle only when a killed driver left trials open
+    told = tell_recorded(spec, study, rows, attrs) if left else 0
+    if told:
+        rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
+    closed = cleanup_study(study, attrs) if left else 0
+    if closed:
+        msg = f"closed {closed} trial(s) left running by an interrupted run; they are trained again"
+        rd.log(msg)
+        print(msg, file=sys.stderr, flush=True)
+    return study, rows
+
+
+def tell_recorded(spec, study, rows: dict, attrs: _TrialAttrs) -> int:
+    """Tell each RUNNING trial whose rows are all in trials.csv the state its rows give."""
+    from optuna.trial import TrialState
+
+    by_trial: dict[str, list] = {}
+    for r in rows.values():
+        by_trial.setdefault(str(r.get("optuna_trial")), []).append(r)
+    seeds = [str(s) for s in spec.seeds]
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        mine = sorted(by_trial.get(str(t.number), []), key=lambda r: seeds.index(r["seed"]) if r["seed"] in seeds else 1 << 30)
+        if not mine:
+            continue
+        if "key" not in t.user_attrs and len(mine) < len(seeds) and mine[-1]["status"] == "complete":
+            continue  # a sampled trial (one per configuration, not per job) with seeds missing: trained again
+        statuses = [r["status"] for r in mine]
+        status = next((s for s in ("failed", "diverged", "pruned") if s in statuses), "complete")
+        value = None
+        if status == "complete":
+            try:
+                vals = [float(r["objective"]) for r in mine]
+                value = sum(vals) / len(vals)
+            except (TypeError, ValueError):
+                value = None
+        error = "; ".join(r.get("error") or "" for r in mine).strip("; ")
+        tell(study, t.number, status, value, error, set_attr=lambda k, v, n=t.number: attrs.set(n, k, v))
+        n += 1
+    return n
+
+
+def sampled_remaining(spec, study, rows: dict, target: int, log) -> int:
+    """How many trials a sampler still asks for; finished trials without rows are trained again.
+
+    A trial finished in the study whose rows never reached trials.csv (an older
+    nas_stab told Optuna first, then was killed or hit a full disk) is not counted
+    as done: its parameters are enqueued (user attr `retrains`: its number), so the
+    next trial asked trains that configuration again.
+    """
+    from optuna.trial import TrialState
+
+    finished = [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+        if t.user_attrs.get("status") != INTERRUPTED
+    ]
+    recorded = {str(r.get("optuna_trial")) for r in rows.values()}
+    numbers = {t.number for t in finished}
+    superseded = {int(t.user_attrs["retrains"]) for t in finished if "retrains" in t.user_attrs} & numbers
+    orphans = [t for t in finished if str(t.number) not in recorded and t.number not in superseded]
+    remaining = max(0, target - (len(finished) - len(superseded) - len(orphans)))
+    for t in orphans[:remaining]:
+        study.enqueue_trial(t.params, user_attrs={"retrains": t.number})
+    if orphans:
+        log(f"{len(orphans)} finished trial(s) had no rows in trials.csv "
+            f"({', '.join(str(t.number) for t in orphans)}); their configurations are trained again")
+    return remaining
+
+
+def cleanup_study(study, attrs: _TrialAttrs) -> int:
+    """No trial is ever left running: trials a killed driver left RUNNING or
+    WAITING are closed as FAIL (user attr status=interrupted). Returns how many."""
+    from optuna.trial import TrialState
+
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        attrs.set(t.number, "status", INTERRUPTED)
+        study.tell(t.number, state=TrialState.FAIL)
+        n += 1
+    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        t = study.ask()
+        t.set_user_attr("status", INTERRUPTED)
+        study.tell(t, state=TrialState.FAIL)
+        n += 1
+    return n
+
+
+def tell(study, trial, status: str, value: float | None, error: str = "", *, set_attr=None) -> None:
+    """Close an Optuna trial (a `Trial`, or a trial number with `set_attr(key, value)`) with the
+    state matching the run's status.
+
+    complete -> COMPLETE (FAIL if the objective is not finite); pruned ->
+    PRUNED; diverged -> PRUNED with user attr status=diverged (the sampler
+    learns it was stopped early, not that it finished); failed, interrupted -> FAIL.
+    """
+    from optuna.trial import TrialState
+
+    set_attr = set_attr or trial.set_user_attr
+    set_attr("status", status)
+    if error:
+        set_attr("error", error[:2000])
+    if status == "complete":
+        if value is not None and math.isfinite(value):
+            study.tell(trial, value)
+            return
+        set_attr("error", "objective is not finite")
+        study.tell(trial, state=TrialState.FAIL)
+    elif status in ("pruned", "diverged"):
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
