@@ -17,6 +17,8 @@ STABILITY_METRICS = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_rati
                      "grad_ratio", "update_ratio", "update_norm", "loss_drop", "sharpness", "eos_ratio", "lr_sharpness",
                      "attn_logit_max", "output_logit_rms")
 TRANSFORMER_ONLY = ("enc_fwd_ratio", "dec_fwd_ratio", "attn_logit_max", "output_logit_rms")
+# Further values of a stability snapshot that `nas-stab probe` records beside the metrics above.
+PROBE_EXTRA = ("probe_loss", "sharpness_iters", "sharpness_converged")
 
 # diverged_why labels (docs/metrics.md gives the rule of each)
 DIVERGED_WHY = ("forward_explosion_at_init", "eos_above_1", "loss_spike", "attn_logit_growth",

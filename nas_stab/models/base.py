@@ -102,15 +102,23 @@ def uses_scalar_bias(cfg) -> bool:
     return cfg.init == "fixup" if cfg.scalar_bias is None else bool(cfg.scalar_bias)
 
 
-def deepnorm_constants(L: int) -> tuple[float, float]:
-    """DeepNet's (alpha, beta) for a stack of L residual sublayers.
+def deepnorm_constants(enc_layers: float, dec_layers: int = 0) -> dict[str, tuple[float, float]]:
+    """DeepNet's (alpha, beta) per stack: {"enc": (alpha, beta)} and, with decoder layers, "dec".
 
-    DeepNet's encoder-only rule is alpha = (2N)^(1/4), beta = (8N)^(-1/4) for N
-    layers of 2 sublayers each (attention + FFN), i.e. written per sublayer
-    S = 2N: alpha = S^(1/4), beta = (4S)^(-1/4). A residual block of a vision
-    model is one sublayer with two weight layers, like an FFN, so S = L.
+    Encoder only (N layers of 2 sublayers each, attention + FFN): alpha = (2N)^(1/4),
+    beta = (8N)^(-1/4). Encoder-decoder (N encoder, M decoder layers): encoder
+    alpha = 0.81 (N^4 M)^(1/16), beta = 0.87 (N^4 M)^(-1/16); decoder alpha = (3M)^(1/4),
+    beta = (12M)^(-1/4). A residual block of a vision model is one sublayer with two
+    weight layers, like an FFN, so a stack of L blocks is N = L / 2 layers:
+    alpha = L^(1/4), beta = (4L)^(-1/4).
     """
-    return L ** 0.25, (4.0 * L) ** -0.25
+    N, M = enc_layers, dec_layers
+    if not M:
+        return {"enc": ((2 * N) ** 0.25, (8 * N) ** -0.25)}
+    return {
+        "enc": (0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)),
+        "dec": ((3 * M) ** 0.25, (12 * M) ** -0.25),
+    }
 
 
 def branch_init_gain(cfg, b: int, L: int) -> float:
@@ -128,5 +136,5 @@ def branch_init_gain(cfg, b: int, L: int) -> float:
     if cfg.init == "stam_update":
         return (b * C) ** (-1.0 / (2 * (b - 1)))
     if cfg.init == "deepnorm" or cfg.skip == "deepnorm":
-        return deepnorm_constants(L)[1]
+        return deepnorm_constants(L / 2)["enc"][1]
     return 1.0

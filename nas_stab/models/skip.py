@@ -31,7 +31,7 @@ class Skip(nn.Module):
         super().__init__()
         self.kind = kind
         if kind == "deepnorm":
-            self.lam = deepnorm_constants(L)[0]
+            self.lam = deepnorm_constants(L / 2)["enc"][0]
         else:
             self.lam = float(lam)
         count = int(lam) if kind == "rskip_ln" else (1 if kind in NORMED else 0)

@@ -52,10 +52,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS
-from nas_stab.models.base import StableModel, Tap, Tau, branch_alpha
+from nas_stab.models.base import StableModel, Tap, Tau, branch_alpha, deepnorm_constants
 from nas_stab.config.schema import ModelConfig
 
-__all__ = ["Transformer", "check_transformer", "deepnorm_constants"]
+__all__ = ["Transformer", "check_transformer"]
 
 SUPPORTED_INIT = ("kaiming", "zero_last", "deepnorm", "xavier_branch")
 QKV_GAIN = 2 ** -0.5  # fairseq's MultiheadAttention: "the scaled initialization" of q, k, v
@@ -67,15 +67,6 @@ VISION_KEYS = {
     "scalar_bias": "its projections have ordinary biases",
 }
 _DEFAULTS = ModelConfig()
-
-
-def deepnorm_constants(enc_layers: int, dec_layers: int) -> dict:
-    """DeepNet's (alpha, beta) for an encoder-decoder with N encoder and M decoder layers."""
-    N, M = enc_layers, dec_layers
-    return {
-        "enc": (0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)),
-        "dec": ((3 * M) ** 0.25, (12 * M) ** -0.25),
-    }
 
 
 def _xavier_(w: torch.Tensor, fan_in: int, fan_out: int, gain: float = 1.0, normal: bool = False) -> None:

@@ -108,13 +108,6 @@ class TuneCheckpointer:
 
     def load(self) -> dict | None:
         state, self._initial = self._initial, None
-        if state is not None and "gen" in state:
-            # train_run restores the batch generator's state *and* replays `step` batches from it,
-            # which advances the data order twice (checked: the resumed run then differs from an
-            # uninterrupted one). Replaying from the seed's initial state gives the exact order.
-            import torch
-
-            state = dict(state, gen=torch.Generator().manual_seed(int(self.seed)).get_state())
         return state
 
     def save(self, state: dict) -> None:

@@ -126,7 +126,7 @@ def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Optiona
         if not bool(torch.isfinite(p.detach()).all()):
             return f"parameter {n}", float(p.detach().float().norm()), offset
     if task is not None and batch is not None:
-        from nas_stab.stability.probes import first_nonfinite_block
+        from nas_stab.stability.capture import first_nonfinite_block
 
         found = first_nonfinite_block(model, lambda: task.forward(model, batch))
         if found:

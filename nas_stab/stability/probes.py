@@ -17,38 +17,23 @@ backward keeps its graph.
 A snapshot never changes training: parameters, gradients (`.grad`), optimizer
 state, BatchNorm running statistics and the global RNG are exactly as before.
 
-Conventions (docs/metrics.md):
-
-- probe mode: every module with batch statistics (BatchNorm) and its
-  ancestors in training mode -- batch statistics, as in training -- every
-  other module in eval mode (dropout, head dropout off); buffers restored.
-- `sharpness` is the largest algebraic eigenvalue of the Hessian of the
-  training loss on the Hessian batch with respect to all trainable
-  parameters (with Adam/AdamW, of the preconditioned Hessian), by Lanczos
-  with full reorthogonalization. It stops when two successive top Ritz values
-  agree to `hessian_tol` (relative) or after `hessian_iters` products; it
-  starts from the previous estimate's top Ritz vector (warm start, kept in
-  training checkpoints), from the gradient direction plus a fixed-seed
-  random vector the first time.
-- Why a sub-batch: a Hessian-vector product costs about twice a forward and
-  backward pass of its batch; on 64 examples about one training step (batch
-  128). The price: the top eigenvalue of a smaller batch's loss is larger
-  (sampling noise adds curvature); benchmarks/bench_probes.py --accuracy
-  measures it.
-- Values: nan means undefined (a 0 denominator), inf an overflow; the
-  training loop leaves both out of its records.
+Values: nan means undefined (a 0 denominator), inf an overflow; the training
+loop leaves both out of its records. Probe mode (mode.py), the forward hooks
+(capture.py) and the Hessian's Lanczos (sharpness.py) are modules of their own.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import time
-from typing import Callable
 
 import torch
 from torch import nn
 
 from nas_stab.config.schema import StabilityConfig
+from nas_stab.stability.capture import Capture, rms_t
+from nas_stab.stability.mode import math_attention, probe_mode, probe_modes
+from nas_stab.stability.sharpness import eos_factor, preconditioner, top_eigenvalue
 
 _DEFAULTS = StabilityConfig()  # the schema's defaults, for a Prober built without a spec
 
@@ -62,12 +47,6 @@ def update_batch(task, seed: int = 0):
     if batches is None:
         return None
     return next(iter(batches(torch.Generator().manual_seed(7919 + seed))))
-
-
-def _rms_t(t: torch.Tensor) -> torch.Tensor:
-    """Root mean square as a 0-d float32 tensor (no host sync; one fused reduction);
-    inf or nan if the tensor holds a non-finite value (overflow)."""
-    return torch.linalg.vector_norm(t.detach(), dtype=torch.float32) / math.sqrt(max(t.numel(), 1))
 
 
 def slice_batch(batch, k: int):
@@ -89,186 +68,6 @@ def _norms(ts: list[torch.Tensor]) -> list[float]:
     if not ts:
         return []
     return torch.stack([n.float() for n in torch._foreach_norm([t.detach() for t in ts])]).tolist()
-
-
-def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
-    return torch.stack([(x * y).sum() for x, y in zip(a, b)]).sum()
-
-
-def _has_batch_stats(m: nn.Module) -> bool:
-    """True for BatchNorm-like modules: their forward depends on training mode through batch statistics."""
-    if isinstance(m, nn.modules.batchnorm._BatchNorm) or getattr(m, "uses_batch_stats", False):
-        return True
-    return any(n in ("running_mean", "running_var") for n, _ in m.named_buffers(recurse=False))
-
-
-def probe_modes(model: nn.Module) -> dict[nn.Module, bool]:
-    """The training flag of every module in probe mode: True for modules with
-    batch statistics (BatchNorm) and their ancestors, False for everything else
-    (dropout, head dropout and any other train-only randomness off)."""
-    keep = set()
-    for name, m in model.named_modules():
-        if _has_batch_stats(m):
-            parts = name.split(".") if name else []
-            for k in range(len(parts) + 1):
-                keep.add(".".join(parts[:k]))
-    return {m: (name in keep and not (isinstance(m, nn.modules.dropout._DropoutNd) or getattr(m, "is_dropout", False)))
-            for name, m in model.named_modules()}
-
-
-@contextlib.contextmanager
-def probe_mode(model: nn.Module, modes: dict[nn.Module, bool] | None = None):
-    """BatchNorm (and every module that contains one) in training mode, every
-    other module in eval mode (dropout, head dropout off); restores the modes
-    and every buffer (BatchNorm running statistics, batch counters) afterwards.
-    `modes`: a precomputed `probe_modes(model)`."""
-    modes = modes if modes is not None else probe_modes(model)
-    saved = [(m, m.training) for m in modes]
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    for m, t in modes.items():
-        m.training = t
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for b, v in buffers:
-                # only what the forward passes wrote (running statistics, which batch_norm updates
-                # without bumping the version counter): copying into a constant buffer (an
-                # aggregation weight, positional encodings) would invalidate graphs that saved it
-                if not torch.equal(b, v):
-                    b.copy_(v)
-        for m, t in saved:
-            m.training = t
-
-
-@contextlib.contextmanager
-def math_attention():
-    """PyTorch's math attention kernel: fused kernels have no double backward."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:  # pragma: no cover - older torch
-        yield
-        return
-    with sdpa_kernel(SDPBackend.MATH):
-        yield
-
-
-def _taps(block: nn.Module, name: str) -> list[nn.Module]:
-    """The block's probe taps called `name` (see `models.base.Tap`)."""
-    return [m for n, m in block.named_modules() if n.rsplit(".", 1)[-1] == name]
-
-
-class _Capture:
-    """Forward hooks for one probe forward pass.
-
-    Per block i: the RMS of its input, of its residual stream before the
-    Norm that follows the addition (its `stream_tap`; a block without one,
-    such as a plain layer, gives its output), of its scaled branch sum (its
-    `branch_tap`), and with `grads` the L2 norm of the loss gradient with
-    respect to its output (the hidden stream it hands on), filled in by the
-    backward pass. Also the model's output and, for attention layers, the
-    largest attention logit. The hooks keep 0-d tensors; `values()` turns
-    them into floats in one transfer (one host sync per pass).
-    """
-
-    def __init__(self, model: nn.Module, blocks: list[nn.Module], *, grads: bool = False, logits: bool = False):
-        n = len(blocks)
-        self.n = n
-        self.block_rms: list[float] = [math.nan] * n  # the stream of each block (pre-norm)
-        self.in_rms: list[float] = [math.nan] * n
-        self.branch_rms: list[float] = [math.nan] * n
-        self.grad_out: list[float] = [math.nan] * n
-        self.logit_max = math.nan
-        self.first_in = math.nan
-        self._t: dict[tuple[str, int], torch.Tensor] = {}
-        self._g: dict[int, torch.Tensor] = {}
-        self._logits: list[torch.Tensor] = []
-        self.outputs: list[torch.Tensor] = []
-        self.hooks = []
-        self.grads = grads
-        for i, b in enumerate(blocks):
-            self.hooks.append(b.register_forward_hook(self._block_hook(i)))
-            for t in _taps(b, "stream_tap"):
-                self.hooks.append(t.register_forward_hook(self._tap_hook("stream", i)))
-            for t in _taps(b, "branch_tap"):
-                self.hooks.append(t.register_forward_hook(self._tap_hook("branch", i)))
-        if logits:
-            for t in _taps(model, "logits_tap"):
-                self.hooks.append(t.register_forward_hook(self._logits_hook))
-        self.hooks.append(model.register_forward_hook(self._model_hook))
-
-    def _block_hook(self, i: int):
-        def hook(mod, inp, out):
-            if inp and torch.is_tensor(inp[0]):
-                self._t[("in", i)] = _rms_t(inp[0])
-            o = out[0] if isinstance(out, tuple) else out
-            if torch.is_tensor(o):
-                self._t[("out", i)] = _rms_t(o)
-                if self.grads and o.requires_grad:
-                    o.register_hook(lambda g, i=i: self._g.__setitem__(i, torch.linalg.vector_norm(g.detach(), dtype=torch.float32)))
-
-        return hook
-
-    def _tap_hook(self, kind: str, i: int):
-        def hook(mod, inp, out):
-            if torch.is_tensor(out):
-                self._t[(kind, i)] = _rms_t(out)
-
-        return hook
-
-    def _logits_hook(self, mod, inp, out):
-        q, k = inp[0], inp[1]
-        mask = inp[2] if len(inp) > 2 else None
-        causal = bool(inp[3]) if len(inp) > 3 else False
-        with torch.no_grad():
-            lg = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
-            if mask is not None:
-                lg = lg.masked_fill(~mask if mask.dtype == torch.bool else mask == float("-inf"), float("-inf"))
-            if causal:
-                T, S = lg.shape[-2], lg.shape[-1]
-                lg = lg.masked_fill(torch.ones(T, S, dtype=torch.bool, device=lg.device).triu(1), float("-inf"))
-            self._logits.append(lg.amax())
-
-    def _model_hook(self, mod, inp, out):
-        if torch.is_tensor(out):
-            self.outputs.append(out.detach())
-
-    def remove(self) -> None:
-        """Remove the forward hooks and read the forward values (gradient hooks stay on their tensors)."""
-        for h in self.hooks:
-            h.remove()
-        self.hooks = []
-        if self._t:
-            keys = list(self._t)
-            vals = torch.stack([self._t[k] for k in keys]).tolist()
-            self._t = {}
-            have_stream = set()
-            for (kind, i), v in zip(keys, vals):
-                v = math.inf if math.isnan(v) else v  # nan: a non-finite value (overflow)
-                if kind == "in":
-                    self.in_rms[i] = v
-                elif kind == "branch":
-                    self.branch_rms[i] = v
-                elif kind == "stream":
-                    self.block_rms[i] = v
-                    have_stream.add(i)
-                elif i not in have_stream and not any(k == ("stream", i) for k in keys):
-                    self.block_rms[i] = v  # no stream tap: the block's output is the stream
-            self.first_in = self.in_rms[0] if self.n else math.nan
-        if self._logits:
-            v = float(torch.stack(self._logits).amax())
-            self.logit_max = math.inf if math.isnan(v) else v
-            self._logits = []
-
-    def grad_values(self) -> list[float]:
-        """The gradient norms with respect to each block's output, after the backward pass."""
-        if self._g:
-            keys = list(self._g)
-            vals = torch.stack([self._g[k] for k in keys]).tolist()
-            for i, v in zip(keys, vals):
-                self.grad_out[i] = math.inf if math.isnan(v) else v
-            self._g = {}
-        return self.grad_out
 
 
 class Prober:
@@ -330,26 +129,6 @@ class Prober:
         if self.nonfinite is None and not math.isfinite(value):
             self.nonfinite = (what, value)
 
-    def forward_norms(self) -> tuple[list[float], float]:
-        """RMS of each block's residual stream (before its Norm), and the first block's input RMS
-        (one forward, no grad)."""
-        cap = _Capture(self.model, self._blocks())
-        try:
-            with torch.no_grad(), probe_mode(self.model, self._modes):
-                self.task.forward(self.model, self.batch)
-        finally:
-            cap.remove()
-        return cap.block_rms, cap.first_in
-
-    def update_ratio(self, optimizer: torch.optim.Optimizer) -> float:
-        """RMS(f(theta') - f(theta)) / RMS(f(theta)) on the probe batch for one optimizer step
-        on the update batch (undone)."""
-        return self.snapshot(optimizer, hessian=False)["update_ratio"]
-
-    def sharpness(self) -> float:
-        """The top eigenvalue of the Hessian on the Hessian batch (one estimate)."""
-        return self.snapshot(None, hessian=True)["sharpness"]
-
     # -------------------------------------------------------------- snapshot
     def hessian_due(self, step: int | None, final: bool) -> bool:
         if not self.hessian:
@@ -385,7 +164,7 @@ class Prober:
         out: dict[str, float] = {}
         transformer = getattr(model, "enc_blocks", None) is not None
 
-        cap = _Capture(model, blocks, grads=True, logits=transformer)
+        cap = Capture(model, blocks, grads=True, logits=transformer)
         attn = math_attention() if do_hessian else contextlib.nullcontext()
         try:
             with probe_mode(model, self._modes), attn:
@@ -427,7 +206,7 @@ class Prober:
         self.n_snapshots += 1
         return out
 
-    def _forward_metrics(self, out: dict, cap: _Capture, transformer: bool, before: torch.Tensor) -> None:
+    def _forward_metrics(self, out: dict, cap: Capture, transformer: bool, before: torch.Tensor) -> None:
         for i, v in enumerate(cap.block_rms):  # nan: the block did not run; inf: it overflowed
             out[f"fwd_norm.{i}"] = v
             if math.isinf(v):
@@ -444,7 +223,7 @@ class Prober:
             out["fwd_ratio"] = max(pair) if pair else math.nan
             out["attn_logit_max"] = cap.logit_max
             self._flag("attention logit", cap.logit_max)
-            out["output_logit_rms"] = float(_rms_t(before))
+            out["output_logit_rms"] = float(rms_t(before))
             self._flag("model output", out["output_logit_rms"])
         ratios = [_ratio(b, x) for b, x in zip(cap.branch_rms, cap.in_rms) if not math.isnan(b)]
         ratios = [r for r in ratios if not math.isnan(r)]
@@ -556,7 +335,10 @@ class Prober:
             if graph is None:
                 lam, iters, converged = math.inf, 0, False
             else:
-                lam, iters, converged = self._top_eigenvalue(params, graph, scale)
+                lam, iters, converged, vec = top_eigenvalue(params, graph, scale, self.eigvec, self.seed,
+                                                             self.hessian_iters, self.hessian_tol)
+                if vec is not None:
+                    self.eigvec = vec  # the next estimate's warm start
             del graph
         out["sharpness"] = lam
         self._flag("sharpness", lam)
@@ -579,97 +361,6 @@ class Prober:
             return None
         return list(torch.autograd.grad(loss, params, create_graph=True, allow_unused=True))
 
-    def _top_eigenvalue(self, params: list, grads: list, scale: list | None) -> tuple[float, int, bool]:
-        """The largest algebraic eigenvalue of A = H (or S H S, S = P^-1/2, for Adam) by Lanczos.
-
-        Each step is one Hessian-vector product reusing the gradients' graph;
-        the Krylov basis is fully reorthogonalized (it holds at most
-        `hessian_iters` vectors the size of the parameters). The top Ritz value
-        rises monotonically to lambda_max (the largest algebraic eigenvalue,
-        whatever the sign of the others); it stops when two successive top Ritz
-        values agree to `hessian_tol` (relative) or after `hessian_iters`
-        products. Returns (eigenvalue, products, converged); keeps the top Ritz
-        vector as the next estimate's warm start.
-        """
-        pairs = [(p, g, s) for p, g, s in zip(params, grads, scale if scale is not None else [None] * len(params))
-                 if g is not None and g.requires_grad]
-        if not pairs:
-            return 0.0, 0, True
-        ps = [p for p, _, _ in pairs]
-        gs = [g for _, g, _ in pairs]
-        ss = None if scale is None else [s for _, _, s in pairs]
-
-        # the Krylov basis as flat vectors (no copies: one dot product and one axpy per basis vector)
-        shapes, sizes = [p.shape for p in ps], [p.numel() for p in ps]
-        flat_s = None if ss is None else torch.cat([t.reshape(-1) for t in ss])
-
-        def unflat(x):
-            return [t.view(sh) for t, sh in zip(torch.split(x, sizes), shapes)]
-
-        def apply(x):
-            u = x if flat_s is None else x * flat_s
-            hv = torch.autograd.grad(gs, ps, grad_outputs=unflat(u), retain_graph=True, allow_unused=True)
-            h = torch.cat([(torch.zeros_like(p) if t is None else t.detach()).reshape(-1) for p, t in zip(ps, hv)])
-            return h if flat_s is None else h * flat_s
-
-        v0 = torch.cat([t.reshape(-1) for t in self._start_vector(ps, [g.detach() for g in gs])])
-        basis = [v0 / v0.norm()]  # grows one vector per product: memory = products x parameters
-        alphas, betas = [], []
-        theta_prev, theta, y = None, math.nan, None
-        converged = False
-        it = 0
-        for it in range(1, self.hessian_iters + 1):
-            w = apply(basis[-1])
-            a = float(basis[-1] @ w)
-            if not math.isfinite(a):
-                return math.inf, it, False
-            alphas.append(a)
-            # the three-term recurrence, then one full reorthogonalization pass against the basis
-            w = w - a * basis[-1]
-            if betas:
-                w = w - betas[-1] * basis[-2]
-            coef = torch.stack([q @ w for q in basis])
-            for c, q in zip(coef.tolist(), basis):
-                w.add_(q, alpha=-c)
-            b = float(w.norm())
-            T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
-            if len(alphas) > 1:
-                off = torch.tensor(betas, dtype=torch.float64)
-                T += torch.diag(off, 1) + torch.diag(off, -1)
-            evals, evecs = torch.linalg.eigh(T)
-            theta, y = float(evals[-1]), evecs[:, -1]
-            if not math.isfinite(b):
-                return math.inf, it, False
-            if b <= 1e-12 * max(abs(theta), 1e-30):  # an invariant subspace: exact
-                converged = True
-                break
-            if theta_prev is not None and abs(theta - theta_prev) <= self.hessian_tol * abs(theta):
-                converged = True
-                break
-            theta_prev = theta
-            betas.append(b)
-            basis.append(w / b)
-        x = y.to(basis[0].dtype) @ torch.stack(basis[: len(alphas)])
-        self.eigvec = [t.detach().clone() for t in unflat(x / x.norm())]
-        return theta, it, converged
-
-    def _start_vector(self, ps: list[torch.Tensor], gs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Warm start: the previous eigenvector. Cold start: the gradient direction
-        plus an equal-norm fixed-seed random vector. The gradient lies mostly in
-        the top Hessian eigenspace (Gur-Ari et al., 2018): from a random vector
-        alone, power iteration can stall on the second eigenvalue when the top
-        eigenvector is nearly orthogonal to it (seen on a sum-aggregated
-        mlp_resnet: 1.56e6 reported for a top eigenvalue of 3.23e6); the random
-        part covers a zero gradient. The global RNG is left alone."""
-        if self.eigvec is not None and [tuple(t.shape) for t in self.eigvec] == [tuple(p.shape) for p in ps]:
-            return _unit([t.to(p.device, p.dtype) for t, p in zip(self.eigvec, ps)])
-        gen = torch.Generator().manual_seed(self.seed)
-        r = _unit([torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype) for p in ps])
-        g = _unit(gs)
-        if not all(math.isfinite(float(t.norm())) for t in g):
-            return r
-        return _unit(torch._foreach_add(g, r))
-
 
 def _ratio(a: float, b: float) -> float:
     """a / b; nan (undefined) when b is 0 or either is undefined; inf when either overflowed."""
@@ -682,72 +373,3 @@ def _ratio(a: float, b: float) -> float:
 
 def _l2(vals: list[float]) -> float:
     return math.sqrt(math.fsum(v * v for v in vals)) if all(map(math.isfinite, vals)) else math.inf
-
-
-def _adam_like(optimizer) -> bool:
-    return isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
-
-
-def eos_factor(optimizer) -> float | None:
-    """eos_ratio = sharpness x this factor: 1 / the edge-of-stability threshold of `optimizer`
-    (its first parameter group's lr and momentum; Cohen et al. 2021, 2022).
-
-    SGD: threshold 2 (1 + beta) / lr with heavy-ball momentum beta (2 / lr without),
-    2 (1 + beta) / (lr (1 + 2 beta)) with Nesterov momentum; Adam/AdamW: (2 + 2 beta1) /
-    (lr (1 - beta1)) on the preconditioned sharpness. None for another optimizer."""
-    g = optimizer.param_groups[0]
-    lr = float(g["lr"])
-    if isinstance(optimizer, torch.optim.SGD):
-        b = float(g.get("momentum", 0.0) or 0.0)
-        if g.get("nesterov"):
-            return lr * (1 + 2 * b) / (2 * (1 + b))
-        return lr / (2 * (1 + b))
-    if _adam_like(optimizer):
-        b1 = float(g["betas"][0])
-        return lr * (1 - b1) / (2 + 2 * b1)
-    return None
-
-
-def preconditioner(optimizer, params: list, step_grads: list | None) -> list | None:
-    """S = P^-1/2 per parameter for Adam/AdamW (P = sqrt(v_hat) + eps, Adam's current
-    preconditioner), None for SGD. Before Adam's first step (no state yet) v_hat is the
-    update batch's squared gradient, which is what Adam's first step would use."""
-    if not _adam_like(optimizer):
-        return None
-    eps_of = {p: g["eps"] for g in optimizer.param_groups for p in g["params"]}
-    beta2_of = {p: g["betas"][1] for g in optimizer.param_groups for p in g["params"]}
-    sg = dict(zip(params, step_grads or [None] * len(params)))
-    out = []
-    for p in params:
-        st = optimizer.state.get(p, {})
-        v = st.get("max_exp_avg_sq", st.get("exp_avg_sq"))
-        if v is not None:
-            t = float(st.get("step", 1))
-            vhat = v / (1 - beta2_of.get(p, 0.999) ** max(t, 1))
-        else:
-            g = sg.get(p)
-            vhat = torch.zeros_like(p) if g is None else g.detach() ** 2
-        out.append((vhat.sqrt() + eps_of.get(p, 1e-8)).rsqrt())
-    return out
-
-
-def _unit(v: list[torch.Tensor]) -> list[torch.Tensor]:
-    n = float(torch.stack(torch._foreach_norm(v)).norm()) if v else 0.0
-    return torch._foreach_div(v, n) if n > 0 and math.isfinite(n) else v
-
-
-def first_nonfinite_block(model: nn.Module, run: Callable[[], object]) -> tuple[str, float] | None:
-    """Run `run()` (a forward pass) with hooks; the first block whose output is non-finite."""
-    blocks = list(getattr(model, "blocks", []))
-    cap = _Capture(model, blocks)
-    try:
-        with torch.no_grad(), probe_mode(model):
-            run()
-    finally:
-        cap.remove()
-    for i, v in enumerate(cap.block_rms):
-        if not math.isfinite(v):
-            return f"forward output of blocks.{i}", v
-    if cap.outputs and not torch.isfinite(cap.outputs[0]).all():
-        return "model output", math.inf
-    return None

@@ -16,14 +16,14 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from nas_stab import metrics as metric_names
+from nas_stab.metrics import STABILITY_METRICS
 from nas_stab.models import build_model
 from nas_stab.stability import DivergenceRule, Prober, diverged_why, explain_nonfinite, reference_loss
 from nas_stab.tasks import load_task
 from nas_stab.training.malloc import keep_freed_memory
-from nas_stab.training.optim import build_optimizer, lr_factor, set_lr, total_steps
+from nas_stab.training.optim import build_optimizer, total_steps
+from nas_stab.training.step import schedule_lr, train_step
 
-STABILITY_KEYS = metric_names.STABILITY_METRICS
 SPIKE_WINDOW, SPIKE_SIGMAS = 128, 6.0
 
 
@@ -137,9 +137,9 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             spikes.load_state_dict(state["spikes"])
         history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
     else:
-        set_lr(optimizer, t.lr, lr_factor(t, 0, total))
+        schedule_lr(optimizer, t, 0, total)
         snap = _snapshot(prober, optimizer, spec, 0, rule)
-        metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
+        metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
         if "probe_loss" in snap:
             metrics["init_loss"] = snap["probe_loss"]
         max_update = _max(max_update, snap.get("update_ratio"))
@@ -149,22 +149,23 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     for _ in range(start):  # replay the batch order (and its RNG draws) from the seed up to the checkpoint
         next(batches)
     step = start
+
+    def stop(what: str, value: float) -> bool:
+        """The divergence rule on this step's loss (then counted for spikes) and gradient norm."""
+        if what != "loss":
+            return rule.check_finite(value, step, what)
+        if rule.check(value, step, explain=lambda: explain_nonfinite(model, task, batch)):
+            return True
+        spikes.add(value, step)
+        return False
+
     try:
         for step in range(start + 1, total + 1):
-            lr = set_lr(optimizer, t.lr, lr_factor(t, step - 1, total))
             batch = next(batches)
-            loss = task.loss(model, batch)
-            loss_value = loss.detach().item()
-            if rule.check(loss_value, step, explain=lambda: explain_nonfinite(model, task, batch)):
+            done = train_step(model, task, optimizer, t, batch, step, total, stop)
+            if done.stopped:
                 break
-            spikes.add(loss_value, step)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if t.grad_clip:
-                gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip))
-                if rule.check_finite(gnorm, step, "gradient norm"):
-                    break
-            optimizer.step()
+            lr, loss_value = done.lr, done.loss
 
             if step % log_every == 0 or step == total:
                 history.setdefault(step, {"step": step})["train_loss"] = loss_value
@@ -186,7 +187,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
                     reporter(step, {**ev, "train_loss": loss_value})
             if checkpoint and checkpoint.every and step % checkpoint.every == 0:
                 checkpoint.save(
-                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "gen": gen.get_state(),
+                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                      "torch_rng": torch.get_rng_state(), "rule": rule.state_dict(), "history": history,
                      "metrics": metrics, "max_update": max_update, "step": step, "prober": prober.state_dict(),
                      "spikes": spikes.state_dict()}
@@ -209,7 +210,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
     if result.status in ("complete", "pruned"):
         snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
-        metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_KEYS})
+        metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
         max_update = _max(max_update, snap.get("update_ratio"))
         history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
         if rule.reason is not None and result.status == "complete":

@@ -1,0 +1,229 @@
+"""`nas-stab probe`'s figures, plots/probe_*.png (the muP coordinate check; see probe_cmd)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from nas_stab.metrics import STABILITY_METRICS
+from nas_stab.stability.probe_table import fmt
+
+
+def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Path]:
+    """The muP-style figures; returns the files written."""
+    ok = [r for r in rows if r["status"] in ("ok", "nonfinite")]
+    if not ok:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    lb = spec.leaderboard
+    keys = list(spec.space.keys)
+    size_key = lb.transfer if lb.transfer in keys else next(
+        (k for k in keys if all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in ok)), None)
+    compare = [k for k in lb.compare if k in keys]
+    others = [k for k in keys if k != size_key and k not in compare]
+    written = []
+    p = _fwd_norm_plot(ok, size_key, compare, others, plots_dir / "probe_fwd_norm.png")
+    if p:
+        written.append(p)
+    prefixes = ["init_"] + (["final_"] if steps else [])
+    for prefix in prefixes:
+        p = _coordinate_check(ok, prefix, size_key, compare, others, plots_dir / f"probe_{prefix}metrics.png", steps)
+        if p:
+            written.append(p)
+    return written
+
+
+def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, steps: int) -> Path | None:
+    """One panel per metric against the size axis, one line per row (compare label and other keys' values)."""
+    if size_key is None:
+        return None
+    names = [m for m in STABILITY_METRICS if any(isinstance(r.get(prefix + m), (int, float)) for r in rows)]
+    if not names:
+        return None
+    import matplotlib
+
+    line_keys = compare + others
+    labels = sorted({tuple(r.get(k) for k in line_keys) for r in rows}, key=lambda t: tuple(_sort_key(v) for v in t))
+    cmap = matplotlib.colormaps["tab10"]
+    colors = {lab: cmap(i % 10) for i, lab in enumerate(labels)}
+    sizes = [r.get(size_key) for r in rows]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sizes)
+    log_x = numeric and all(v > 0 for v in sizes) and max(sizes) / min(sizes) >= 4
+    cats = sorted(set(sizes), key=_sort_key)
+    fig, axes = _figure(len(names), w=3.6, h=2.8, cols=4)
+    for ax, m in zip(axes, names):
+        key = prefix + m
+        finite = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        for lab in labels:
+            pts = sorted(((r.get(size_key), float(r[key])) for r in rows
+                          if tuple(r.get(k) for k in line_keys) == lab and isinstance(r.get(key), (int, float))),
+                         key=lambda p: _sort_key(p[0]))
+            if not pts:
+                continue
+            xs = [p[0] if numeric else cats.index(p[0]) for p in pts]
+            ys = [p[1] if math.isfinite(p[1]) else math.nan for p in pts]
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.4, color=colors[lab], label=_label(dict(zip(line_keys, lab)), line_keys))
+        if finite and all(v > 0 for v in finite):
+            _log_y(ax, finite)
+        if m == "eos_ratio":
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        if log_x:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(cats)
+            ax.set_xticklabels([fmt(c) for c in cats])
+        elif not numeric:
+            ax.set_xticks(range(len(cats)))
+            ax.set_xticklabels([fmt(c) for c in cats])
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel(size_key, fontsize=8)
+        ax.grid(alpha=0.3, which="major")
+    axes[0].legend(fontsize=6, loc="best")
+    when = "at init" if prefix == "init_" else f"after {steps} step(s) on the probe batch"
+    fig.suptitle(f"stability metrics {when} against {size_key} (coordinate check: flat lines = stable across sizes)",
+                 fontsize=10)
+    return _save(fig, path)
+
+
+def _label(r: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={fmt(r.get(k))}" for k in keys) if keys else "all"
+
+
+def _sort_key(v: Any):
+    return (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v))
+
+
+def _figure(n: int, w: float = 4.4, h: float = 3.4, cols: int = 3):
+    import matplotlib.pyplot as plt
+
+    if n == 1:
+        w, h = 5.6, 4.0
+    cols = min(cols, n)
+    nrows = math.ceil(n / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(w * cols, h * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _log_y(ax, values: list[float]) -> None:
+    """Log y axis; over less than three decades, label 1-2-5 ticks in plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    v = [x for x in values if math.isfinite(x) and x > 0]
+    if v and max(v) / min(v) < 1e3:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _colors(values: list):
+    import matplotlib
+
+    cmap = matplotlib.colormaps["viridis"]
+    n = max(1, len(values) - 1)
+    return {v: cmap(0.92 * i / n) for i, v in enumerate(values)}
+
+
+def _block_norms(r: dict) -> list[float] | None:
+    """[input RMS, block 1 output RMS, ...]; the input RMS from fwd_ratio = last / input."""
+    n = r.get("blocks") or 0
+    outs = [r.get(f"init_fwd_norm.{i}") for i in range(n)]
+    if not outs or any(v is None for v in outs):
+        return None
+    ratio = r.get("init_fwd_ratio")
+    first_in = outs[-1] / ratio if ratio and math.isfinite(ratio) and ratio > 0 else math.nan
+    return [first_in, *outs]
+
+
+def _panels(rows: list[dict], compare: list[str], others: list[str], value) -> list[tuple[str, list[dict]]]:
+    """One panel per compare label x value of the other keys -- but other-key values that do
+    not change `value(row)` (a learning rate does not change the forward pass at init) are merged."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in compare), []).append(r)
+    panels = []
+    for label in sorted(groups, key=lambda t: tuple(_sort_key(v) for v in t)):
+        rs = groups[label]
+        by_other: dict[tuple, list[dict]] = {}
+        for r in rs:
+            by_other.setdefault(tuple(r.get(k) for k in others), []).append(r)
+        kept: list[tuple[tuple, list[dict]]] = []
+        for o in sorted(by_other, key=lambda t: tuple(_sort_key(v) for v in t)):
+            sig = _signature(by_other[o], value)
+            if not any(_signature(k[1], value) == sig for k in kept):
+                kept.append((o, by_other[o]))
+        for o, rs_o in kept:
+            parts = [_label(rs_o[0], compare)] if compare else []
+            if len(kept) > 1:
+                parts.append(_label(rs_o[0], others))
+            panels.append(("; ".join(parts) or "all", rs_o))
+    return panels
+
+
+def _signature(rows: list[dict], value) -> tuple:
+    out = []
+    for r in rows:
+        v = value(r)
+        if isinstance(v, list):
+            out.append(tuple(round(x, 9) if isinstance(x, float) and math.isfinite(x) else str(x) for x in v))
+        else:
+            out.append(round(v, 9) if isinstance(v, float) and math.isfinite(v) else str(v))
+    return tuple(sorted(out, key=str))
+
+
+def _fwd_norm_plot(rows, size_key, compare, others, path: Path) -> Path | None:
+    from matplotlib.ticker import MaxNLocator
+
+    usable = [r for r in rows if _block_norms(r)]
+    if not usable:
+        return None
+    panels = _panels(usable, compare, others, lambda r: [r.get(size_key), *_block_norms(r)])
+    panels = panels[:24]
+    fig, axes = _figure(len(panels))
+    sizes = sorted({r.get(size_key) for r in usable}, key=_sort_key) if size_key else [None]
+    colors = _colors(sizes)
+    vals = [v for r in usable for v in _block_norms(r) if math.isfinite(v) and v > 0]
+    # depths differ (depth is the size axis): x = relative depth l / L, so every line spans [0, 1]
+    relative = len({len(_block_norms(r)) for r in usable}) > 1
+    for ax, (title, rs) in zip(axes, panels):
+        seen = set()
+        for r in sorted(rs, key=lambda r: _sort_key(r.get(size_key))):
+            s = r.get(size_key)
+            if s in seen:
+                continue
+            seen.add(s)
+            y = _block_norms(r)
+            L = len(y) - 1
+            x = [i / L for i in range(L + 1)] if relative else list(range(L + 1))
+            name = f"{size_key.split('.')[-1]}={fmt(s)}" if size_key else "norm"
+            ax.plot(x, y, marker="o" if L <= 32 else None, ms=3, lw=1.4, color=colors[s], label=name)
+        _log_y(ax, vals)
+        if relative:
+            ax.set_xlim(0, 1)
+            ax.set_xlabel("relative depth l / L (0 = input of the first block)")
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("block (0 = input of the first block)")
+        ax.set_ylabel("forward RMS norm at init")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3, which="major")
+    if vals:
+        lo, hi = min(vals), max(vals)
+        for ax in axes:  # one scale for every panel: the labels compare at a glance
+            ax.set_ylim(lo / 1.5, hi * 1.5)
+    axes[0].legend(fontsize=7, loc="best", title=size_key, title_fontsize=7)
+    fig.suptitle("forward norm per block at initialization (coordinate check: flat lines across sizes = stable)", fontsize=10)
+    return _save(fig, path)

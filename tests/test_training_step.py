@@ -1,0 +1,83 @@
+"""`train_run` and `nas-stab probe` share one training step (training/step.py); refactoring it
+must not change a single bit of a run.
+
+tests/data/train_run_golden.json holds the full results (status, every metric, the whole
+history) of a few short runs made by the code before the step was extracted; each run here must
+reproduce them exactly (bit for bit: floats compared with ==). The runs cover SGD with momentum,
+Adam with warmup, cosine schedule and gradient clipping, the Hessian probes, and a diverging run
+(the loss check stops the step before its update). Regenerate (only after a deliberate change
+of results) with `python tests/test_training_step.py --write`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "data" / "train_run_golden.json"
+
+BASE = """\
+name: golden
+seeds: 1
+task:
+  dataset: {{name: digits}}
+model: {{arch: mlp_resnet, depth: 3, width: 16, branches: 2}}
+train: {{{train}}}
+stability: {{every: 7, probe_batch: 64, hessian: {hessian}, hessian_every: 14, hessian_batch: 32}}
+"""
+RUNS = {
+    "sgd": dict(train="lr: 0.05, momentum: 0.9, steps: 30, batch_size: 32, eval_every: 10", hessian="false"),
+    "adam_clip_cosine": dict(train="optimizer: adam, lr: 0.003, steps: 30, batch_size: 32, warmup_steps: 5, "
+                                   "schedule: cosine, grad_clip: 0.5, eval_every: 15", hessian="true"),
+    "diverges": dict(train="lr: 40.0, momentum: 0.9, steps: 30, batch_size: 32", hessian="false"),
+}
+
+
+def _run(name: str) -> dict:
+    import torch
+
+    from nas_stab.config import loads_spec
+    from nas_stab.training import train_run
+
+    torch.set_num_threads(1)
+    r = train_run(loads_spec(BASE.format(**RUNS[name])), seed=3)
+    return {"status": r.status, "steps": r.steps, "diverged_step": r.diverged_step, "error": r.error,
+            "metrics": r.metrics, "history": r.history}
+
+
+def _plain(v):
+    """JSON-safe with exact floats (json writes repr, which round-trips; nan/inf as strings)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_train_run_bit_identical_to_golden(name):
+    import torch
+
+    golden = json.loads(GOLDEN.read_text())
+    if golden["platform"] != [torch.__version__, platform.machine()]:
+        pytest.skip(f"golden results were made with torch {golden['platform'][0]} on {golden['platform'][1]}")
+    got = json.loads(json.dumps(_plain(_run(name))))
+    want = golden["runs"][name]
+    assert got["status"] == want["status"] and got["error"] == want["error"]
+    assert got["metrics"] == want["metrics"]
+    assert got["history"] == want["history"]
+    assert got == want
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    import torch
+
+    GOLDEN.write_text(json.dumps({"platform": [torch.__version__, platform.machine()],
+                                  "runs": {n: _plain(_run(n)) for n in sorted(RUNS)}}, indent=1) + "\n")
+    print(f"wrote {GOLDEN}")
