@@ -71,6 +71,7 @@ SECTIONS = {
     ("stability", "divergence"): "when a run counts as diverged",
     ("search",): "Optuna: sampler, trial budget, objective, pruner, storage",
     ("search", "pruner"): "the Optuna pruner",
+    ("search", "bracket"): "sampler bracket: the step, the final resolution and the limits of each learning-rate sweep",
     ("runner",): "where trials run: local (one machine) or ray (Ray Tune)",
     ("leaderboard",): "the LR-transfer leaderboard: the lr key, the size axis, the row labels",
     ("logging",): "extra logs of every run (the run directory's records are always written)",
