@@ -198,6 +198,11 @@ def leaderboard_warnings(spec) -> list[str]:
     if len(spec.seeds) < 3:
         out.append(f"seeds: {len(spec.seeds)} seed(s); the leaderboard needs at least 3 for a 'yes' or a drift-based "
                    "'no', so its verdicts can only be 'inconclusive' (or 'no' for a size where no lr trains)")
+    pruner = spec.search.pruner.name
+    if pruner not in ("none", "sweep"):
+        out.append(f"search.pruner: {pruner} compares each run with every other trial, other sizes and rows included, "
+                   "and stops those that are merely slower (the table counts them as failures); "
+                   "pruner sweep compares a run only with the other learning rates of its own configuration")
     d = spec.space.get(lb.lr)
     if spec.search.sampler == "bracket":
         res = spec.search.bracket.resolution_octaves
