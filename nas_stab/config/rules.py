@@ -136,9 +136,10 @@ def _check_bracket(spec, ctx: Ctx) -> None:
     """search.bracket only with sampler bracket; the learning rate (leaderboard.lr) searched with
     positive numbers inside lr_limits, unconditionally; step >= resolution; limits ordered."""
     s, b = spec.search, spec.search.bracket
-    given = isinstance(spec.raw, dict) and isinstance(spec.raw.get("search"), dict) and "bracket" in spec.raw["search"]
     if s.sampler != "bracket":
-        if given:
+        from nas_stab.config.schema import BracketConfig
+
+        if b != BracketConfig():  # defaults pass: a stored spec.yaml lists every key
             raise ctx.error(("search", "bracket"), f"only applies to search.sampler: bracket (the sampler is {s.sampler})")
         return
     if b.resolution_octaves > b.step_octaves:

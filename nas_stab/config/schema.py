@@ -154,8 +154,8 @@ class StabilityConfig:
 
 @dataclass(frozen=True)
 class PrunerConfig:
-    name: str = _f("none")
-    options: Any = _f(None, "keyword arguments of the Optuna pruner, plus n_warmup_steps etc.")
+    name: str = _f("none", "none | median | percentile | asha | hyperband | threshold | sweep. sweep (nas_stab's) compares a run only with the other learning rates of its own configuration (same searched values but the lr) and prunes it when at least min_better (3) of them are better at the same step by more than margin (0.01, in the objective's units), never the best lr of the sweep nor its two lr neighbours. It is never chosen automatically: an lr-transfer experiment with another pruner gets a warning, since those compare across sizes and rows")
+    options: Any = _f(None, "keyword arguments of the Optuna pruner, plus n_warmup_steps etc.; sweep: min_better, margin, n_warmup_steps, lr_key (default leaderboard.lr)")
 
 
 @dataclass(frozen=True)
