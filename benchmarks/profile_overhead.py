@@ -40,7 +40,9 @@ train: {{lr: 0.003, steps: {steps}, batch_size: 128, threads: {threads}}}
 # (label, predicate on (file, function name)) -> cumulative time of the outermost matching frames
 PARTS = [
     ("stability snapshots (probes, Hessian)", lambda f, n: f.endswith("training/loop.py") and n == "_snapshot"),
-    ("  of which Hessian (sharpness)", lambda f, n: "stability" in f and n in ("sharpness", "top_eigenvalue", "_power_iteration")),
+    ("  of which Hessian (sharpness)", lambda f, n: f.endswith("probes.py") and n == "_hessian_metrics"),
+    ("  of which update ratio (step undone)", lambda f, n: f.endswith("probes.py") and n == "_update_metrics"),
+    ("  of which update-batch gradients", lambda f, n: f.endswith("probes.py") and n == "_update_batch_grads"),
     ("validation + test evaluation", lambda f, n: f.endswith("classification.py") and n == "evaluate"),
     ("batches (index_select, augment)", lambda f, n: f.endswith("classification.py") and n == "train_batches"),
     ("loss (forward)", lambda f, n: f.endswith("classification.py") and n == "loss"),

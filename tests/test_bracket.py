@@ -214,3 +214,31 @@ def test_bracket_settings_are_validated(override, key):
     with pytest.raises(SpecError) as e:
         loads_spec(yaml.safe_dump(data))
     assert e.value.key == key
+
+
+def test_no_lr_trains_is_reported():
+    src = make([0.01])
+    records, _ = drive(src, objective(0.1, wall=0.5, peak=0.15))  # never beats chance (0.1) by the margin
+    (end,) = src.report(records)
+    assert end.end == "no lr trains" and end.best_lr is None
+    assert max(lrs_of(records)) > 0.5  # went up until the runs diverged
+
+
+def test_jobs_become_optuna_trials_with_their_values():
+    import warnings
+
+    import optuna
+
+    from nas_stab.search.plan import base_lookup
+
+    src = make([0.001])
+    records, started = drive(src, objective(0.1))
+    study = optuna.create_study(direction="maximize")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "fixed parameter out of range" for an extended lr
+        for j in started[:: 3]:
+            study.enqueue_trial(j.params)
+            t = study.ask()
+            assert src.suggest(t, base_lookup(src.spec)) == j.params
+            study.tell(t, 0.5)
+    assert {t.params["train.lr"] for t in study.trials} == set(lrs_of(records))

@@ -8,7 +8,7 @@ decided only when every run of the current one is recorded:
 
 1. **extend**: while the optimum lies at an edge of the learning rates tried,
    add one point `search.bracket.step_octaves` beyond that edge (both edges when
-   only one lr was tried; upwards when no lr trains and some did not diverge,
+   only one lr was tried; upwards when no lr trains and the highest did not diverge,
    downwards when every run diverged). A side stops at `lr_limits`.
 2. **resolve**: then, on each side of the optimum whose nearest tried lr is
    farther than `resolution_octaves`, add the point at that distance (within
@@ -161,7 +161,7 @@ class BracketSource:
                 return [], SweepEnd(rest, d.end, tuple(sorted(tried)), d.best, rounds)
             round_lrs = list(d.new)
 
-    def jobs(self, i: int, lr: float, order: int = 0) -> list[Job]:
+    def jobs(self, i: int, lr: float, order: int) -> list[Job]:
         """The runs (one per seed) of learning rate `lr` in sweep i, its `order`-th point (start first,
         then round by round, ascending in each); their keys are their configurations'."""
         got = self._jobs.get((i, lr))
@@ -183,7 +183,7 @@ class BracketSource:
     # ------------------------------------------------------------ the decision
 
     def _decide(self, i: int, tried: list[float], recs: dict) -> _Decision:
-        rows = [(lr, j.seed, recs[j.key]) for lr in tried for j in self.jobs(i, lr)]
+        rows = [(lr, j.seed, recs[j.key]) for k, lr in enumerate(tried) for j in self.jobs(i, lr, k)]
         memo = (i, tuple((lr, s, r.get("status"), r.get(self.metric)) for lr, s, r in rows))
         d = self._decisions.get(memo)
         if d is None:
