@@ -8,7 +8,7 @@ would do. Both times include loading the data and building the model. Runs
 are interleaved (A, B, C, A, B, C, ...) and the medians compared, so the
 ratios are measured side by side in one run.
 
-    python benchmarks/bench_overhead.py [--steps 400] [--reps 7] [--width 256] [--threads 1]
+    python benchmarks/bench_overhead.py [--steps 400] [--reps 7] [--width 256] [--threads 1[,2...]]
 
 Prints wall and CPU times and the ratios nas_stab / hand-written with probes
 off (stability.every 0, no Hessian: nas_stab still takes its init and final
@@ -18,7 +18,9 @@ one torch thread by default, as the shipped spaces' trials do, so CPU time is
 robust to the other jobs of a shared machine; wall time is the target's
 measure on a quiet one. The last row (not part of the target) is the default
 `train.eval_every` (10 validations per run, what the pruner needs) instead of
-one evaluation at the end.
+one evaluation at the end. `--threads 1,2` measures each thread count in turn
+(set OMP_NUM_THREADS to the largest). Where the time goes:
+benchmarks/profile_overhead.py.
 """
 from __future__ import annotations
 
@@ -94,9 +96,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", default="1", help="torch threads, or a comma list measured in turn: 1,2")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    for threads in [int(t) for t in str(a.threads).split(",")]:
+        torch.set_num_threads(threads)
+        measure(a, threads)
+
+
+def measure(a, threads: int) -> None:
     fmt = dict(width=a.width, steps=a.steps)
     off = loads_spec(SPEC.format(**fmt, every=0, hessian="false", eval_every=a.steps))
     default = loads_spec(SPEC.format(**fmt, every=50, hessian="true", eval_every=a.steps))
@@ -113,7 +120,7 @@ def main() -> None:
             times[k].append(f(rep))
     la1 = os.getloadavg()
     print(f"mlp_resnet width {a.width}, depth 4, C=2, batch 128, {a.steps} steps, {a.reps} interleaved reps, "
-          f"{a.threads} thread(s); load average {la0[0]:.2f} before, {la1[0]:.2f} after")
+          f"{threads} thread(s); load average {la0[0]:.2f} before, {la1[0]:.2f} after")
     for clock, i in (("CPU", 1), ("wall", 0)):
         base = statistics.median(t[i] for t in times["hand-written"])
         print(f"-- {clock} time")

@@ -140,10 +140,11 @@ def cmd_validate(args) -> int:
     print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
     print("---")
     n_seeds = len(spec.seeds)
-    if spec.search.sampler == "grid":
+    if spec.search.sampler in ("grid", "bracket"):
         points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
         runs = points * n_seeds
-        print(f"trials: {points} configurations x {n_seeds} seed(s) = {runs} runs (grid)")
+        more = "; bracket adds learning rates until each optimum is bracketed" if spec.search.sampler == "bracket" else ""
+        print(f"trials: {points} configurations x {n_seeds} seed(s) = {runs} runs ({spec.search.sampler}{more})")
     else:
         runs = spec.search.trials * n_seeds
         print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")

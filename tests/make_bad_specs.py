@@ -266,6 +266,25 @@ def main() -> None:
     add("log-grid-1e10", "space.train.lr", base() + "space:\n  train.lr: {log_grid: [0.001, 1, 10000000000]}\n")
     add("uniform-1e300", "space.train.lr", base() + "search: {sampler: random, trials: 2}\nspace:\n  train.lr: {uniform: [0.1, 1.0e+300]}\n")
 
+    # 10. sampler bracket and pruner sweep (issue 19); appended last so the other files keep their numbers
+    for name, expect, secs in [
+        ("bracket-without-sampler", "search.bracket", {"search": "  bracket: {step_octaves: 2}\n"}),
+        ("bracket-resolution-above-step", "search.bracket.resolution_octaves",
+         {"search": "  sampler: bracket\n  bracket: {step_octaves: 0.5, resolution_octaves: 1}\n", "space": "  train.lr: [0.1]\n"}),
+        ("bracket-limits-reversed", "search.bracket.lr_limits",
+         {"search": "  sampler: bracket\n  bracket: {lr_limits: [1, 0.001]}\n", "space": "  train.lr: [0.1]\n"}),
+        ("bracket-limits-one", "search.bracket.lr_limits",
+         {"search": "  sampler: bracket\n  bracket: {lr_limits: [0.1]}\n", "space": "  train.lr: [0.1]\n"}),
+        ("bracket-start-outside-limits", "space.train.lr",
+         {"search": "  sampler: bracket\n  bracket: {lr_limits: [0.001, 0.01]}\n", "space": "  train.lr: [0.1]\n"}),
+        ("bracket-lr-not-searched", "search.sampler", {"search": "  sampler: bracket\n", "space": "  model.depth: [2, 4]\n"}),
+        ("bracket-continuous", "space.model.width",
+         {"search": "  sampler: bracket\n", "space": "  train.lr: [0.1]\n  model.depth: {int: [2, 4]}\n  model.width: {uniform: [8, 16]}\n"}),
+        ("bracket-step-zero", "search.bracket.step_octaves", {"search": "  sampler: bracket\n  bracket: {step_octaves: 0}\n", "space": "  train.lr: [0.1]\n"}),
+        ("pruner-sweep-bad-margin", "search.pruner", {"search": "  pruner: {sweep: {margin: -1}}\n"}),
+    ]:
+        add(f"rule-{name}", expect, base(**secs))
+
     for i, (name, expect, text) in enumerate(cases):
         data = text if isinstance(text, bytes) else text.encode("utf-8")
         header = f"# expect: {expect}\n".encode()

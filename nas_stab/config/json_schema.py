@@ -71,6 +71,13 @@ SECTIONS = {
     ("stability", "divergence"): "when a run counts as diverged",
     ("search",): "Optuna: sampler, trial budget, objective, pruner, storage",
     ("search", "pruner"): "the Optuna pruner",
+    ("search", "bracket"): ("sampler bracket: the step, the final resolution and the limits of each learning-rate sweep "
+                            "(a sweep: one configuration of the searched keys other than leaderboard.lr). Each sweep trains "
+                            "every seed at the lrs of space, steps beyond any edge that holds the leaderboard's optimum, "
+                            "then adds lrs at the resolution on both sides of it; it ends 'bracketed', 'divergence wall' "
+                            "(a neighbour of the optimum diverged with every seed), 'limit' (the optimum stays at lr_limits) "
+                            "or 'no lr trains'. A failed or diverged seed is not retrained: it counts in its lr's mean as "
+                            "in the leaderboard"),
     ("runner",): "where trials run: local (one machine) or ray (Ray Tune)",
     ("leaderboard",): "the LR-transfer leaderboard: the lr key, the size axis, the row labels",
     ("logging",): "extra logs of every run (the run directory's records are always written)",

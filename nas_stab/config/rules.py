@@ -82,14 +82,15 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
-    if s.sampler == "grid":
+    if s.sampler in ("grid", "bracket"):
         for d in spec.space:
             if not d.discrete:
-                raise ctx.error(("space", d.key), f"the grid sampler needs discrete dimensions; {d.kind} is continuous (use values, grid, log_grid or int)")
+                raise ctx.error(("space", d.key), f"the {s.sampler} sampler needs discrete dimensions; {d.kind} is continuous (use values, grid, log_grid or int)")
     elif s.trials is None:
         raise ctx.error(("search", "trials"), f"the {s.sampler} sampler needs search.trials")
     if s.sampler != "grid" and not spec.space.dims:
         raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
+    _check_bracket(spec, ctx)
 
     from nas_stab.search.optuna_study import check_pruner
 
@@ -131,6 +132,37 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     _check_space_values(spec, ctx)
 
 
+def _check_bracket(spec, ctx: Ctx) -> None:
+    """search.bracket only with sampler bracket; the learning rate (leaderboard.lr) searched with
+    positive numbers inside lr_limits, unconditionally; step >= resolution; limits ordered."""
+    s, b = spec.search, spec.search.bracket
+    if s.sampler != "bracket":
+        from nas_stab.config.schema import BracketConfig
+
+        if b != BracketConfig():  # defaults pass: a stored spec.yaml lists every key
+            raise ctx.error(("search", "bracket"), f"only applies to search.sampler: bracket (the sampler is {s.sampler})")
+        return
+    if b.resolution_octaves > b.step_octaves:
+        raise ctx.error(("search", "bracket", "resolution_octaves"), f"must be <= step_octaves ({b.step_octaves:g}), "
+                        f"got {b.resolution_octaves:g}: the resolution refines what the steps bracketed")
+    lim = b.lr_limits
+    if len(lim) != 2 or not 0 < lim[0] < lim[1] or lim[1] > 1e6:
+        raise ctx.error(("search", "bracket", "lr_limits"), f"must be [lowest, highest] with 0 < lowest < highest <= 1e6, "
+                        f"got {list(lim)}")
+    key = spec.leaderboard.lr
+    d = spec.space.get(key)
+    if d is None:
+        raise ctx.error(("search", "sampler"), f"bracket searches the learning rate {key!r} (leaderboard.lr), which is not "
+                        "a key of space: give its coarse start there, e.g. train.lr: [0.01, 0.1]")
+    if d.when:
+        raise ctx.error(("space", key), "bracket sweeps the learning rate of every configuration: it cannot have a when: condition")
+    vals = spec.space.values_of(d) if d.discrete else ()
+    bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, (int, float)) or not lim[0] <= v <= lim[1]]
+    if bad:
+        raise ctx.error(("space", key), f"bracket starts at these learning rates, which must be numbers inside "
+                        f"search.bracket.lr_limits {list(lim)}; got {bad[0]!r}")
+
+
 def _n_values(d) -> float:
     """How many values a searched dimension takes (inf for a continuous one)."""
     from nas_stab.space import Space
@@ -150,6 +182,8 @@ def _check_axes(spec, ctx: Ctx) -> None:
         raise ctx.error(("leaderboard", "transfer"), f"{lb.transfer!r} {got}: the size axis of an lr-transfer "
                         f"leaderboard must be a key of space: with at least 2 values")
     d = spec.space.get(lb.lr)
+    if spec.search.sampler == "bracket" and d is not None:
+        return  # a coarse start: the sampler adds learning rates until each optimum is bracketed
     if d is None or _n_values(d) < 3:
         got = "is not searched" if d is None else f"is searched with only {_n_values(d)} value(s)"
         raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} {got}: an lr-transfer leaderboard needs the learning rate "
@@ -165,8 +199,18 @@ def leaderboard_warnings(spec) -> list[str]:
     if len(spec.seeds) < 3:
         out.append(f"seeds: {len(spec.seeds)} seed(s); the leaderboard needs at least 3 for a 'yes' or a drift-based "
                    "'no', so its verdicts can only be 'inconclusive' (or 'no' for a size where no lr trains)")
+    pruner = spec.search.pruner.name
+    if pruner not in ("none", "sweep"):
+        out.append(f"search.pruner: {pruner} compares each run with every other trial, other sizes and rows included, "
+                   "and stops those that are merely slower (the table counts them as failures); "
+                   "pruner sweep compares a run only with the other learning rates of its own configuration")
     d = spec.space.get(lb.lr)
-    if d is not None and d.discrete:
+    if spec.search.sampler == "bracket":
+        res = spec.search.bracket.resolution_octaves
+        if res > 1 + 1e-9:
+            out.append(f"search.bracket.resolution_octaves: {res:g} octaves is coarser than 1 octave; optima between "
+                       "its points cannot be located to the tolerance, so verdicts may only be 'inconclusive'")
+    elif d is not None and d.discrete:
         try:
             lrs = sorted(float(v) for v in spec.space.values_of(d) if float(v) > 0)
         except (TypeError, ValueError):
@@ -190,8 +234,10 @@ def _check_space_values(spec, ctx: Ctx) -> None:
         try:  # stops at the limit: a 10^9-point grid is refused, never enumerated
             points = spec.space.grid(base, limit=GRID_CHECK_LIMIT)
         except GridTooLarge as e:
-            if spec.search.sampler == "grid":
+            if spec.search.sampler in ("grid", "bracket"):
                 raise ctx.error(("space",), str(e)) from None
+    if points is not None and spec.search.sampler == "bracket":  # the learning rates bracket may add
+        points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
     if points is None:  # continuous or too many points to check them all: each dimension's ends and values
         points = []
         for d in spec.space:

@@ -154,17 +154,25 @@ class StabilityConfig:
 
 @dataclass(frozen=True)
 class PrunerConfig:
-    name: str = _f("none")
-    options: Any = _f(None, "keyword arguments of the Optuna pruner, plus n_warmup_steps etc.")
+    name: str = _f("none", "none | median | percentile | asha | hyperband | threshold | sweep. sweep (nas_stab's) compares a run only with the other learning rates of its own configuration (same searched values but the lr) and prunes it when at least min_better (3) of them are better at the same step by more than margin (0.01, in the objective's units), never the best lr of the sweep nor its two lr neighbours. It is never chosen automatically: an lr-transfer experiment with another pruner gets a warning, since those compare across sizes and rows")
+    options: Any = _f(None, "keyword arguments of the Optuna pruner, plus n_warmup_steps etc.; sweep: min_better, margin, n_warmup_steps, lr_key (default leaderboard.lr)")
+
+
+@dataclass(frozen=True)
+class BracketConfig:
+    step_octaves: float = _f(1.0, "bracket: how far beyond an edge that holds the optimum the next learning rate is, in octaves (log2)", gt=0, le=20)
+    resolution_octaves: float = _f(0.5, "bracket: the spacing of the learning rates around the optimum at the end, in octaves (<= step_octaves)", gt=0, le=20)
+    lr_limits: tuple[float, ...] = _f((1e-6, 10.0), "bracket: [lowest, highest] learning rate ever tried; a sweep whose optimum stays at a limit ends 'limit'")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
-    sampler: Literal["grid", "random", "tpe", "cmaes", "qmc"] = _f("grid")
-    trials: Optional[int] = _f(None, "required unless sampler is grid", ge=1, le=10_000_000)
+    sampler: Literal["grid", "bracket", "random", "tpe", "cmaes", "qmc"] = _f("grid", "grid: every point of space; bracket: per configuration of the other keys, the learning-rate dimension of space is a coarse start, extended until the optimum is bracketed, then resolved (search.bracket)")
+    trials: Optional[int] = _f(None, "required unless sampler is grid or bracket", ge=1, le=10_000_000)
     objective: str = _f("val_acc", "a metric name (docs/run-directory.md, docs/metrics.md)")
     direction: Literal["auto", "maximize", "minimize"] = _f("auto", "auto: from the metric")
-    pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold, or {name: {options}}")
+    pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold | sweep, or {name: {options}}")
+    bracket: BracketConfig = _f(None, "settings of sampler bracket (only with it; the learning rate is leaderboard.lr, a key of space)")
     storage: Optional[str] = _f(None, "Optuna storage URL; default sqlite:///<run dir>/study.db")
     seed: int = _f(0, "sampler seed", ge=0)
 

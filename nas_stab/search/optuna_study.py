@@ -26,8 +26,18 @@ for _name, _cls, _doc in [
 ]:
     PRUNERS.register(_name, optuna_class=_cls, doc=_doc)(_cls)
 
+
+@PRUNERS.register("sweep", optuna_class="nas_stab SweepPruner",
+                  doc="within a learning-rate sweep only: prune when >= 3 other lrs of the same configuration are better "
+                      "by a margin, never the best lr or its neighbours (options: min_better, margin, n_warmup_steps, lr_key)")
+def _sweep_pruner():
+    from nas_stab.search.sweep_pruner import SweepPruner
+
+    return SweepPruner
+
 for _name, _cls, _doc in [
     ("grid", "RandomSampler", "every combination of the space, times the seeds"),
+    ("bracket", "RandomSampler", "per configuration of the other keys, learning rates added until the optimum is bracketed, then resolved (search.bracket)"),
     ("random", "RandomSampler", "independent random sampling"),
     ("tpe", "TPESampler", "tree-structured Parzen estimator"),
     ("cmaes", "CmaEsSampler", "CMA-ES on the continuous and integer dimensions"),
@@ -46,9 +56,7 @@ def check_pruner(name: str, options: dict) -> str | None:
     """A message if the pruner name or its options are wrong, else None."""
     if name not in PRUNERS:
         return PRUNERS.unknown(name)
-    import optuna
-
-    cls = getattr(optuna.pruners, PRUNERS.get(name))
+    cls = _pruner_class(name)
     allowed = [p for p in inspect.signature(cls).parameters]
     for k in options or {}:
         if k not in allowed:
@@ -60,11 +68,19 @@ def check_pruner(name: str, options: dict) -> str | None:
     return None
 
 
-def make_pruner(name: str, options: dict | None = None):
+def _pruner_class(name: str):
     import optuna
 
-    cls = getattr(optuna.pruners, PRUNERS.get(name))
-    return cls(**_pruner_kwargs(name, options or {}))
+    obj = PRUNERS.get(name)
+    return getattr(optuna.pruners, obj) if isinstance(obj, str) else obj()
+
+
+def make_pruner(name: str, options: dict | None = None, *, lr_key: str | None = None):
+    """The pruner `name` with its options; `lr_key` (leaderboard.lr) is the sweep pruner's default learning rate."""
+    kwargs = _pruner_kwargs(name, options or {})
+    if name == "sweep" and lr_key is not None:
+        kwargs.setdefault("lr_key", lr_key)
+    return _pruner_class(name)(**kwargs)
 
 
 def make_sampler(name: str, seed: int):
@@ -97,7 +113,7 @@ def create_study(spec, storage: str, study_name: str | None = None, *, load_if_e
         study_name=study_name or spec.name,
         storage=make_storage(storage),
         sampler=make_sampler(spec.search.sampler, spec.search.seed),
-        pruner=make_pruner(spec.search.pruner.name, spec.search.pruner.options),
+        pruner=make_pruner(spec.search.pruner.name, spec.search.pruner.options, lr_key=spec.leaderboard.lr),
         direction=objective_direction(spec),
         load_if_exists=load_if_exists,
     )

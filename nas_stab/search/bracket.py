@@ -1,0 +1,258 @@
+"""`search.sampler: bracket`: each learning-rate optimum found, bracketed and resolved, nothing more.
+
+A *sweep* is one configuration of the searched keys other than the learning rate
+(one row x size of an lr-transfer leaderboard). Each sweep starts at the
+learning rates of `space:` (the coarse start) and proceeds in rounds; a round
+is a set of learning rates, each trained with every seed, and the next round is
+decided only when every run of the current one is recorded:
+
+1. **extend**: while the optimum lies at an edge of the learning rates tried,
+   add one point `search.bracket.step_octaves` beyond that edge (both edges when
+   only one lr was tried; upwards when no lr trains and the highest did not diverge,
+   downwards when every run diverged). A side stops at `lr_limits`.
+2. **resolve**: then, on each side of the optimum whose nearest tried lr is
+   farther than `resolution_octaves`, add the point at that distance (within
+   the limits), until both neighbours of the optimum are that close; the
+   leaderboard's quadratic fit in log2(lr) then has both of its neighbours.
+
+"Optimum" is exactly the leaderboard's (`nas_stab.results.analysis.analyze` on
+the sweep's runs: the seed-mean per learning rate, failed and diverged runs
+counted with the no-learning value, the best lr, its censoring and whether it
+trains), so the search stops where the table would call the optimum bracketed.
+A failed or diverged seed is not trained again: it counts in its lr's mean as
+it counts in the table (a failed seed pulls that lr's mean down to the
+no-learning value; it can move the optimum but never stalls the sweep).
+
+Each sweep ends with one reason, for the table (`BracketSource.report`):
+``bracketed`` (trained neighbours on both sides), ``divergence wall`` (a
+neighbour of the optimum diverged with every seed: the side cannot be extended
+usefully), ``limit`` (the optimum is still at an edge and the next step would
+leave `lr_limits`, or the sweep reached MAX_POINTS learning rates), ``no lr
+trains`` (no learning rate beats the no-learning value and no extension is left).
+
+The state is a pure function of the recorded runs (trials.csv rows, matched by
+their `key`): a resumed search replays the rounds from the records alone and
+trains nothing twice. Every job is one Optuna trial (enqueue-then-ask, as a grid
+point; `suggest` gives the lr the distribution of `lr_limits`).
+
+Example (what a driver does; `records` are trials.csv row dicts)::
+
+    src = BracketSource(spec)
+    while (jobs := src.pending(records, running_keys)) is not None:
+        start(jobs)             # [] means: wait for a run in flight, then ask again
+    src.report(records)         # one SweepEnd per sweep
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Collection, Protocol, Sequence
+
+from nas_stab.search.plan import Job
+
+MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
+_TOL = 1e-9  # octaves: two learning rates this close are the same point
+
+
+class JobSource(Protocol):
+    """What the driver asks for runs (docs: nas_stab/search/bracket.py)."""
+
+    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
+        """Jobs that may start now (none recorded or running); [] = wait for runs in flight; None = done."""
+
+
+@dataclass(frozen=True)
+class SweepEnd:
+    """How one sweep stands (or ended): for the table."""
+
+    params: dict  # the non-lr keys of the sweep
+    end: str  # "running" | "bracketed" | "divergence wall" | "limit" | "no lr trains"
+    lrs: tuple[float, ...]  # learning rates tried (or being tried), ascending
+    best_lr: float | None  # the leaderboard's best lr of the sweep (None while running or when no lr trains)
+    rounds: int
+
+
+@dataclass(frozen=True)
+class _Decision:
+    new: tuple[float, ...]  # the next round's learning rates; () = the sweep is over
+    end: str
+    best: float | None
+
+
+def _lr(x: float) -> float:
+    """2**x to 12 significant digits: the same float on every replay, and short in tables."""
+    return float(f"{2.0 ** x:.12g}")
+
+
+def _sig(v: Any) -> Any:
+    return tuple(_sig(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+class BracketSource:
+    """The job source of `search.sampler: bracket` (see the module docstring)."""
+
+    def __init__(self, spec):
+        from nas_stab.search.plan import base_lookup
+
+        b = spec.search.bracket
+        self.spec = spec
+        self.lr_key = spec.leaderboard.lr
+        self.step = float(b.step_octaves)
+        self.res = float(b.resolution_octaves)
+        self.lo, self.hi = (math.log2(float(v)) for v in b.lr_limits)
+        self.seeds = tuple(spec.seeds)
+        self.metric = spec.leaderboard.metric or spec.search.objective
+        self.classes = _classes(spec)
+        sweeps: dict[tuple, tuple[dict, list[float]]] = {}
+        for point in spec.space.grid(base_lookup(spec)):
+            rest = {k: v for k, v in point.items() if k != self.lr_key}
+            sig = tuple(sorted((k, _sig(v)) for k, v in rest.items()))
+            sweeps.setdefault(sig, (rest, []))[1].append(float(point[self.lr_key]))
+        self.sweeps = [(rest, tuple(sorted(set(lrs)))) for rest, lrs in sweeps.values()]
+        self._jobs: dict[tuple[int, float], list[Job]] = {}
+        self._decisions: dict[tuple, _Decision] = {}
+
+    # ------------------------------------------------------------ the interface
+
+    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
+        recs = {str(r.get("key")): r for r in records}
+        out: list[Job] = []
+        busy = False
+        for i in range(len(self.sweeps)):
+            todo, _ = self._replay(i, recs)
+            busy |= bool(todo)
+            out += [j for j in todo if j.key not in running]
+        return out if busy else None
+
+    def report(self, records: Sequence[dict]) -> list[SweepEnd]:
+        """One SweepEnd per sweep, in the order of `space:`."""
+        recs = {str(r.get("key")): r for r in records}
+        return [self._replay(i, recs)[1] for i in range(len(self.sweeps))]
+
+    def suggest(self, trial, base) -> dict:
+        """Record a bracket job's enqueued values in its Optuna trial (the `grid=True` suggest of the
+        space, the learning rate with a log-scaled distribution over `lr_limits`)."""
+        params = {}
+        for d in self.spec.space:
+            if not d.active(lambda k: params[k] if k in params else base(k)):
+                continue
+            if d.key == self.lr_key:
+                params[d.key] = trial.suggest_float(d.key, 2.0 ** self.lo, 2.0 ** self.hi, log=True)
+            else:
+                params[d.key] = d.suggest(trial, grid=True)
+        return params
+
+    # ------------------------------------------------------------ rounds
+
+    def _replay(self, i: int, recs: dict) -> tuple[list[Job], SweepEnd]:
+        """The jobs of sweep i's current round not yet recorded, and how the sweep stands."""
+        rest, start = self.sweeps[i]
+        tried: list[float] = []
+        round_lrs = list(start)
+        rounds = 0
+        while True:
+            rounds += 1
+            tried += round_lrs
+            missing = [j for lr in round_lrs for j in self.jobs(i, lr, tried.index(lr)) if j.key not in recs]
+            if missing:
+                return missing, SweepEnd(rest, "running", tuple(sorted(tried)), None, rounds)
+            d = self._decide(i, tried, recs)
+            if not d.new:
+                return [], SweepEnd(rest, d.end, tuple(sorted(tried)), d.best, rounds)
+            round_lrs = list(d.new)
+
+    def jobs(self, i: int, lr: float, order: int) -> list[Job]:
+        """The runs (one per seed) of learning rate `lr` in sweep i, its `order`-th point (start first,
+        then round by round, ascending in each); their keys are their configurations'."""
+        got = self._jobs.get((i, lr))
+        if got is None:
+            from nas_stab.config import config_key
+            from nas_stab.search.plan import try_resolve
+
+            rest, _ = self.sweeps[i]
+            params = {**rest, self.lr_key: lr}
+            r = try_resolve(self.spec, params)
+            got = []
+            for seed in self.seeds:
+                key = config_key(r, seed) if r is not None else f"invalid-{i}-{lr!r}-{seed}"
+                trial = i * MAX_POINTS + order
+                got.append(Job(trial, seed, params, key, f"t{trial:05d}-s{seed}"))
+            self._jobs[(i, lr)] = got
+        return got
+
+    # ------------------------------------------------------------ the decision
+
+    def _decide(self, i: int, tried: list[float], recs: dict) -> _Decision:
+        rows = [(lr, j.seed, recs[j.key]) for k, lr in enumerate(tried) for j in self.jobs(i, lr, k)]
+        memo = (i, tuple((lr, s, r.get("status"), r.get(self.metric)) for lr, s, r in rows))
+        d = self._decisions.get(memo)
+        if d is None:
+            d = self._decisions[memo] = self._decide_rows(rows, len(tried))
+        return d
+
+    def _decide_rows(self, rows: list, n_tried: int) -> _Decision:
+        cells, best, trains, censored = self.optimum(rows)
+        xs = sorted(cells)  # log2 lr
+        hi_room = lambda x: x + self.step <= self.hi + _TOL  # noqa: E731
+        lo_room = lambda x: x - self.step >= self.lo - _TOL  # noqa: E731
+        room = n_tried < MAX_POINTS
+        if not trains:
+            all_div = all(c["all_diverged"] for c in cells.values())
+            if all_div and lo_room(xs[0]) and room:
+                return _Decision((_lr(xs[0] - self.step),), "", None)
+            if not cells[xs[-1]]["all_diverged"] and hi_room(xs[-1]) and room:
+                return _Decision((_lr(xs[-1] + self.step),), "", None)
+            return _Decision((), "no lr trains", None)
+        new = []
+        if censored in (">=", "=") and hi_room(best):
+            new.append(_lr(best + self.step))
+        if censored in ("<=", "=") and lo_room(best):
+            new.append(_lr(best - self.step))
+        if not new:  # bracketed, or stopped at a limit: the resolution around the optimum
+            below = [x for x in xs if x < best - _TOL]
+            above = [x for x in xs if x > best + _TOL]
+            if (not below or best - below[-1] > self.res + _TOL) and best - self.res >= self.lo - _TOL:
+                new.append(_lr(best - self.res))
+            if (not above or above[0] - best > self.res + _TOL) and best + self.res <= self.hi + _TOL:
+                new.append(_lr(best + self.res))
+        if new and room and n_tried + len(new) <= MAX_POINTS:
+            return _Decision(tuple(sorted(new)), "", None)
+        below = [x for x in xs if x < best - _TOL]
+        above = [x for x in xs if x > best + _TOL]
+        if censored or not (below and above):
+            end = "limit"
+        elif cells[below[-1]]["all_diverged"] or cells[above[0]]["all_diverged"]:
+            end = "divergence wall"
+        else:
+            end = "bracketed"
+        return _Decision((), end, _lr(best))
+
+    def optimum(self, rows: list) -> tuple[dict, float, bool, str]:
+        """The leaderboard's view of one sweep's runs [(lr, seed, record)]: per log2 lr its cell
+        ({mean, all_diverged}), the best log2 lr, whether it trains, and its censoring
+        ("<=", ">=", "=" or "")."""
+        import pandas as pd
+
+        from nas_stab.results.analysis import analyze
+
+        df = pd.DataFrame({
+            "lr": [lr for lr, _, _ in rows],
+            "seed": [s for _, s, _ in rows],
+            "status": [str(r.get("status") or "failed") for _, _, r in rows],
+            self.metric: [r.get(self.metric) for _, _, r in rows],
+        })
+        a = analyze(df, lr="lr", metric=self.metric, classes=self.classes, n_boot=0)
+        size = a.sizes.iloc[0]
+        cells = {math.log2(float(c["lr"])): {"mean": float(c["mean"]), "all_diverged": bool(c["n_diverged"] == c["n_runs"])}
+                 for c in a.cells.to_dict("records")}
+        best = math.log2(float(size["grid_lr"]))
+        trains = bool(size["trains"])
+        return cells, best, trains, str(size["censored"]) if trains else ""
+
+
+def _classes(spec) -> int | None:
+    """The class count the leaderboard uses for the no-learning value (None: unknown)."""
+    from nas_stab.config import to_plain
+    from nas_stab.results.leaderboard import _classes as lb_classes
+
+    return lb_classes(to_plain(spec))
