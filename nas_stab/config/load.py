@@ -212,6 +212,11 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
+_ADDED_KEYS = (  # (section, key, when it applies)
+    ("search", "bracket", lambda spec: spec.search.sampler == "bracket"),
+)
+
+
 def spec_hash(spec: Spec) -> str:
     """Hash of everything that decides results (not the description)."""
     plain = to_plain(spec)
@@ -219,6 +224,9 @@ def spec_hash(spec: Spec) -> str:
     plain.pop("runner", None)  # where trials run does not change their results
     plain.pop("leaderboard", None)  # nor how the table is drawn
     plain.pop("logging", None)  # nor which logs are written
+    for section, key, applies in _ADDED_KEYS:  # keys added later: out of the hash while they cannot apply,
+        if not applies(spec):  # so run directories made before them keep their hash (and resume)
+            plain.get(section, {}).pop(key, None)
     plain["space"] = spec.raw.get("space") if spec.raw else None
     blob = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -46,19 +46,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Collection, Protocol, Sequence
+from typing import Any, Collection, Sequence
 
 from nas_stab.search.plan import Job
+from nas_stab.search.sources import JOB_SOURCES
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
 _TOL = 1e-9  # octaves: two learning rates this close are the same point
-
-
-class JobSource(Protocol):
-    """What the driver asks for runs (docs: nas_stab/search/bracket.py)."""
-
-    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
-        """Jobs that may start now (none recorded or running); [] = wait for runs in flight; None = done."""
 
 
 @dataclass(frozen=True)
@@ -88,10 +82,15 @@ def _sig(v: Any) -> Any:
     return tuple(_sig(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
+@JOB_SOURCES.register("bracket")
 class BracketSource:
-    """The job source of `search.sampler: bracket` (see the module docstring)."""
+    """The job source of `search.sampler: bracket` (see the module docstring).
 
-    def __init__(self, spec):
+    `limit` (`nas-stab run --trials N`) hands out at most N new runs in this call, then says
+    nothing more will come; the next call carries on from the records.
+    """
+
+    def __init__(self, spec, limit: int | None = None):
         from nas_stab.search.plan import base_lookup
 
         b = spec.search.bracket
@@ -109,6 +108,8 @@ class BracketSource:
             sig = tuple(sorted((k, _sig(v)) for k, v in rest.items()))
             sweeps.setdefault(sig, (rest, []))[1].append(float(point[self.lr_key]))
         self.sweeps = [(rest, tuple(sorted(set(lrs)))) for rest, lrs in sweeps.values()]
+        self.limit = limit
+        self._initial: set[str] | None = None  # keys recorded before this call (for `limit`)
         self._jobs: dict[tuple[int, float], list[Job]] = {}
         self._decisions: dict[tuple, _Decision] = {}
 
@@ -122,6 +123,14 @@ class BracketSource:
             todo, _ = self._replay(i, recs)
             busy |= bool(todo)
             out += [j for j in todo if j.key not in running]
+        if self.limit is not None:
+            if self._initial is None:
+                self._initial = set(recs)
+            started = (set(recs) - self._initial) | set(running)  # runs this call has started
+            room = self.limit - len(started)
+            if room <= 0:
+                return None
+            out = out[:room]
         return out if busy else None
 
     def report(self, records: Sequence[dict]) -> list[SweepEnd]:

@@ -85,12 +85,11 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Collection, Sequence
-from typing import Protocol
 
-from nas_stab.registry import Registry
 from nas_stab.search import plan, trial_states
 from nas_stab.search.plan import Job
 from nas_stab.search.records import Records
+from nas_stab.search.sources import JOB_SOURCES, JobSource
 from nas_stab.search.trial_states import INTERRUPTED
 
 
@@ -100,31 +99,6 @@ class _Wait:
 
 
 WAIT = _Wait()  # nothing to start now: ask again when a trial finishes
-
-
-class JobSource(Protocol):
-    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None: ...
-
-
-JOB_SOURCES = Registry("job source")  # search.sampler names whose jobs come from a job source
-
-
-@JOB_SOURCES.register("grid")
-class GridSource:
-    """Every (grid point, seed) of the space, in grid order, all pending at once (`search.sampler: grid`).
-
-    `limit` keeps the first `limit` jobs (`nas-stab run --trials`).
-    """
-
-    def __init__(self, spec, limit: int | None = None):
-        self.jobs = plan.grid_jobs(spec)[:limit] if limit is not None else plan.grid_jobs(spec)
-        self.total = len(self.jobs)
-        self._todo = self.jobs
-
-    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
-        done = {r["key"] for r in records}
-        self._todo = [j for j in self._todo if j.key not in done]
-        return [j for j in self._todo if j.key not in running] if self._todo else None
 
 
 class Trial:
@@ -255,7 +229,11 @@ class Driver:
             study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
             ot = study.ask()
             trial = Trial(ot, [job], job.params)
-            spec.space.suggest(ot, self._base, grid=True)  # records the enqueued values with their distributions
+            suggest = getattr(self.source, "suggest", None)  # a source whose values may leave the space's grid
+            if suggest is not None:
+                suggest(ot, self._base)
+            else:
+                spec.space.suggest(ot, self._base, grid=True)  # records the enqueued values with their distributions
         self.running[ot.number] = trial
         return trial
 
