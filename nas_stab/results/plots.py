@@ -40,6 +40,7 @@ import pandas as pd
 
 from nas_stab.metrics import value_range
 from nas_stab.results.analysis import Analysis, fmt_value
+from nas_stab.results.reader import history_frame
 
 __all__ = [
     "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "optimum_figure",
@@ -493,15 +494,8 @@ def init_fwd_norms(a: Analysis, history_dirs: dict[str, Path], *, per_cell: int 
     out = []
     for k, s, run, rid in zip(pick["_k"], pick["_s"], pick["_runkey"], pick["run_id"]):
         hdir = history_dirs.get(run)
-        if hdir is None:
-            continue
-        path = Path(hdir) / f"{rid}.csv"
-        name = Path(str(rid)).name
-        if name != str(rid) or not path.is_file():
-            continue  # a run_id never names a path outside history/
-        try:
-            h = pd.read_csv(path, nrows=50)
-        except (OSError, ValueError, pd.errors.ParserError):
+        h = None if hdir is None else history_frame(hdir, rid, nrows=50)
+        if h is None:
             continue
         cols = [c for c in h.columns if str(c).startswith("fwd_norm.")]
         if not cols or "step" not in h.columns:
