@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from nas_stab.results.analysis import Analysis, fmt_value
+from nas_stab.results.analysis import Analysis
+from nas_stab.results.values import fmt_value
 from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
 
 __all__ = [

@@ -34,7 +34,8 @@ from nas_stab.textfmt import duration
 from nas_stab.errors import RunError, SpecError
 from nas_stab.results.rundir import atomic_write
 from nas_stab.results import formats as _formats
-from nas_stab.results.analysis import Analysis, analyze, fill_base
+from nas_stab.results.analysis import Analysis, analyze
+from nas_stab.results.values import fill_base
 from nas_stab.results.reader import Run, read_run
 
 __all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]

@@ -39,7 +39,8 @@ import numpy as np
 import pandas as pd
 
 from nas_stab.metrics import value_range
-from nas_stab.results.analysis import Analysis, fmt_value
+from nas_stab.results.analysis import Analysis
+from nas_stab.results.values import fmt_value
 from nas_stab.results.reader import history_frame
 
 __all__ = [
