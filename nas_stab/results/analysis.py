@@ -42,10 +42,10 @@ import pandas as pd
 from nas_stab import metrics
 from nas_stab.errors import RunError
 from nas_stab.results.optimum import EPS, estimate
-from nas_stab.results.values import NONE, canon, fill_base, fmt_value, lookup, value_codes
+from nas_stab.results.values import NONE, canon, fill_base, fmt_value, value_codes
 from nas_stab.results.verdicts import VERDICT_ORDER, stable, verdicts
 
-__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "lookup", "no_learning"]
+__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning"]
 
 _ACC = ("val_acc", "test_acc")
 _BLEU = ("bleu", "test_bleu")

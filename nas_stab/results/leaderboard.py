@@ -49,7 +49,6 @@ PLOTS = {
 
 
 CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}  # class counts of the fixed datasets
-SETTING_KEYS = ("lr", "transfer", "compare", "metric", "reference", "tolerance")
 _DEFAULTS = LeaderboardConfig()
 
 
@@ -63,7 +62,7 @@ def _classes(spec: Spec) -> int | None:
 
 def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The analysis settings of a run: its typed ``leaderboard:`` section (defaults from the schema),
-    then `overrides` (keys of `SETTING_KEYS`; ``tolerance`` sets ``tolerance_octaves``)."""
+    then `overrides` (lr, transfer, compare, metric, reference, tolerance: ``tolerance_octaves``)."""
     lb = spec.leaderboard
     over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
 
@@ -211,7 +210,7 @@ def _read(run_dir: Path) -> Run:
 def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None,
                   overrides: Mapping[str, Any] | None = None) -> tuple[Analysis, list[tuple[str, str]], list[Run]]:
     """Read and analyze one or more runs: (analysis, provenance, runs). `overrides` replace the
-    stored ``leaderboard:`` settings (keys of `SETTING_KEYS`)."""
+    stored ``leaderboard:`` settings (lr, transfer, compare, metric, reference, tolerance)."""
     unique = {Path(d).resolve(): Path(d) for d in run_dirs}  # a run named twice counts once
     runs = [_read(d) for d in unique.values()]
     if not runs:
