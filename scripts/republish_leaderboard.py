@@ -76,6 +76,16 @@ def runs_of(prov: list[tuple[str, str]]) -> list[dict]:
     return out
 
 
+def experiment_data(src: Path) -> dict:
+    """The experiment file as a mapping, with `extends:` resolved (a run directory's spec.yaml is
+    read as a stored run's: it must hold every section itself)."""
+    from nas_stab.config.compose import compose
+    from nas_stab.config.yamlio import load_yaml, read_text
+
+    data, lines = load_yaml(read_text(src), file=str(src))
+    return compose(data, lines, str(src), read_text)[0]
+
+
 def republish(d: Path) -> None:
     prov_old = old_provenance(d)
     trials = pd.read_csv(d / "trials.csv")
@@ -83,7 +93,7 @@ def republish(d: Path) -> None:
         dirs = []
         for run in runs_of(prov_old):
             src = spec_file(run["name"])
-            data = yaml.safe_load(src.read_text())
+            data = experiment_data(src)
             data["meta"] = run["meta"]
             rd = Path(tmp) / run["name"]
             rd.mkdir()

@@ -113,7 +113,9 @@ def test_escape_md():
 
 
 def _evil_run(root: Path) -> Path:
-    spec = spec_dict(name=EVIL, description=f"desc {EVIL} & more")
+    # markup in the description and a row label (a run's name cannot hold any: spec.yaml is read typed,
+    # and a name is [a-z0-9_-]; test_name_the_schema_refuses_is_an_error)
+    spec = spec_dict(name="evil", description=f"desc {EVIL} & more")
     rows = _rows(labels=("sum", EVIL))
     return make_run(root, rows, spec=spec)
 
@@ -125,7 +127,7 @@ def test_html_escapes_user_strings(tmp_path):
     assert EVIL not in page
     assert page.count("<script") == 1  # only the page's own sort script
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
-    assert page.count(escaped) >= 4  # title, heading, description, row label, provenance ...
+    assert page.count(escaped) >= 4  # description, row label, provenance ...
     assert f"desc {escaped} &amp; more" in page
     # the CSP allows only the page's own script, by hash, and no network
     csp = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page).group(1))
@@ -135,6 +137,13 @@ def test_html_escapes_user_strings(tmp_path):
     assert EVIL not in md and r"\<script\>alert(1)\</script\>" in md
     tex = paths["tex"].read_text()
     assert EVIL not in tex and r"\textless{}script\textgreater{}" in tex
+
+
+def test_name_the_schema_refuses_is_an_error(tmp_path):
+    """spec.yaml is read as the typed spec: a stored name with markup is refused, naming the file, line and key."""
+    d = make_run(tmp_path, _rows(), spec=spec_dict(name=EVIL))
+    with pytest.raises(RunError, match=r"spec\.yaml:1: name: .* must match"):
+        build_leaderboard([d], formats=("html",), plots=False)
 
 
 def test_one_size_one_row_one_seed(tmp_path):

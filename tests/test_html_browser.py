@@ -156,7 +156,7 @@ def test_click_sorts(page, tmp_path):
 
 
 def test_injected_markup_stays_text(tmp_path):
-    d = make_run(tmp_path, _rows(["sum", EVIL]), spec=spec_dict(name=EVIL, description=f"about {EVIL}"))
+    d = make_run(tmp_path, _rows(["sum", EVIL]), spec=spec_dict(name="evil", description=f"about {EVIL}"))  # a name cannot hold markup
     html_path = build_leaderboard([d], formats=("html",), plots=False)["html"]
     dom = _dump(html_path, "", tmp_path)
     assert dom.scripts == 1  # no element was injected

@@ -44,11 +44,18 @@ def unescape_cell(v: Any) -> Any:
     return v
 
 
+def _text(dtype) -> bool:
+    """A column that may hold text: object, or pandas' string dtype (the default for text from pandas 3)."""
+    import pandas as pd
+
+    return dtype == object or pd.api.types.is_string_dtype(dtype)
+
+
 def escape_frame(df):
     """A copy of a pandas DataFrame with every text cell escaped (numeric columns untouched)."""
     out = df.copy()
     for c in out.columns:
-        if out[c].dtype == object:
+        if _text(out[c].dtype):
             out[c] = out[c].map(escape_cell)
     out.columns = [escape_cell(str(c)) for c in out.columns]
     return out
@@ -57,6 +64,6 @@ def escape_frame(df):
 def unescape_frame(df):
     """`escape_frame` undone on a table read back with pandas."""
     for c in df.columns:
-        if df[c].dtype == object:
+        if _text(df[c].dtype):
             df[c] = df[c].map(unescape_cell)
     return df

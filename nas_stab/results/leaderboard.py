@@ -23,20 +23,22 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from nas_stab import metrics
+from nas_stab.config.schema import LeaderboardConfig, Spec
 from nas_stab.textfmt import duration
 from nas_stab.errors import RunError, SpecError
 from nas_stab.results.rundir import atomic_write
 from nas_stab.results import formats as _formats
-from nas_stab.results.analysis import Analysis, analyze, fill_base, lookup
+from nas_stab.results.analysis import Analysis, analyze
+from nas_stab.results.values import fill_base
+from nas_stab.results.reader import Run, read_run
 
-__all__ = ["RunData", "atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "load_run", "provenance"]
+__all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]
 
 PLOTS = {
     "lr_transfer": "metric vs log2(lr), one line per size, each size's fitted optimum with its interval",
@@ -46,96 +48,42 @@ PLOTS = {
 }
 
 
-@dataclass
-class RunData:
-    """One run directory, read."""
-
-    path: Path
-    spec: dict
-    trials: pd.DataFrame
+CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}  # class counts of the fixed datasets
+_DEFAULTS = LeaderboardConfig()
 
 
-# ---------------------------------------------------------------- reading
-
-
-def load_run(run_dir: str | Path) -> RunData:
-    """Read ``spec.yaml`` and ``trials.csv`` of a run directory.
-
-    Raises:
-        RunError: naming the file, when it is missing, unreadable, malformed or has no trials.
-    """
-    from nas_stab.config.yamlio import load_yaml, read_text
-
-    d = Path(run_dir)
-    if not d.is_dir():
-        raise RunError(f"{d}: not a run directory")
-    spec_path = d / "spec.yaml"
-    if not spec_path.is_file():
-        raise RunError(f"{spec_path}: missing; a run directory holds the resolved spec.yaml")
-    try:
-        spec, _ = load_yaml(read_text(spec_path), file=str(spec_path))
-    except SpecError as e:
-        raise RunError(str(e)) from None
-    if not isinstance(spec, dict):
-        raise RunError(f"{spec_path}: expected a mapping of the experiment's keys")
-    tpath = d / "trials.csv"
-    if not tpath.is_file():
-        raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
-    try:
-        trials = pd.read_csv(tpath)
-        from nas_stab.results.csvsafe import unescape_frame
-
-        trials = unescape_frame(trials)  # values as the run wrote them (results/csvsafe.py)
-    except pd.errors.EmptyDataError:
-        raise RunError(f"{tpath}: empty file; no trial has been recorded") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise RunError(f"{tpath}: not a readable CSV table ({str(e).splitlines()[0]})") from None
-    except OSError as e:
-        raise RunError(f"{tpath}: cannot read ({e.strerror})") from None
-    if trials.empty:
-        raise RunError(f"{tpath}: has a header but no trials")
-    return RunData(path=d, spec=spec, trials=trials)
-
-
-CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
-SETTING_KEYS = ("lr", "transfer", "compare", "metric", "reference", "tolerance")
-
-
-def _classes(spec: Mapping[str, Any]) -> int | None:
+def _classes(spec: Spec) -> int | None:
     """The class count of a classification run's dataset (None when unknown: imagefolder, translation)."""
-    if lookup(spec, "task.kind", "classification") != "classification":
+    if spec.task.kind != "classification":
         return None
-    name = lookup(spec, "task.dataset.name")
-    if name == "synthetic":
-        n = lookup(spec, "task.dataset.classes", 10)
-        return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
-    return CLASSES.get(str(name))
+    ds = spec.task.dataset
+    return ds.classes if ds.name == "synthetic" else CLASSES.get(ds.name)
 
 
-def _settings(spec: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The analysis settings of a run: its stored ``leaderboard:`` section, then `overrides`."""
-    lb = spec.get("leaderboard") or {}
-    if not isinstance(lb, Mapping):
-        lb = {}
-    lb = {**lb, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    if "tolerance" in lb:
-        lb["tolerance_octaves"] = lb.pop("tolerance")
-    compare = lb.get("compare") or ()
+def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The analysis settings of a run: its typed ``leaderboard:`` section (defaults from the schema),
+    then `overrides` (lr, transfer, compare, metric, reference, tolerance: ``tolerance_octaves``)."""
+    lb = spec.leaderboard
+    over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
+
+    def pick(key: str) -> Any:
+        return over[key] if key in over else getattr(lb, key)
+
+    compare = pick("compare") or ()
     if isinstance(compare, str):
         compare = tuple(c.strip() for c in compare.split(",") if c.strip())
-    metric = lb.get("metric") or lookup(spec, "search.objective") or "val_acc"
     try:
-        tolerance = float(lb.get("tolerance_octaves") if lb.get("tolerance_octaves") is not None else 1.0)
+        tolerance = float(pick("tolerance_octaves"))
     except (TypeError, ValueError):
-        raise SpecError(f"must be a number of octaves, got {lb.get('tolerance_octaves')!r}", key="leaderboard.tolerance_octaves") from None
+        raise SpecError(f"must be a number of octaves, got {pick('tolerance_octaves')!r}", key="leaderboard.tolerance_octaves") from None
     if not tolerance > 0:
         raise SpecError(f"must be > 0 octaves, got {tolerance!r}", key="leaderboard.tolerance_octaves")
     return {
-        "lr": lb.get("lr") or "train.lr",
-        "transfer": lb.get("transfer") or None,
+        "lr": pick("lr") or _DEFAULTS.lr,
+        "transfer": pick("transfer") or None,
         "compare": tuple(str(c) for c in compare),
-        "metric": str(metric),
-        "reference": lb.get("reference"),
+        "metric": str(pick("metric") or spec.search.objective),
+        "reference": pick("reference"),
         "tolerance": tolerance,
         "classes": _classes(spec),
     }
@@ -150,26 +98,9 @@ def _status_counts(trials: pd.DataFrame) -> str:
     return f"{len(trials)} runs: " + ", ".join(parts)
 
 
-def _meta(spec: Mapping[str, Any], key: str) -> str:
-    meta = spec.get("meta") if isinstance(spec.get("meta"), Mapping) else {}
-    v = meta.get(key)
+def _meta(run: Run, key: str) -> str:
+    v = run.meta.get(key)
     return "unknown" if v is None or v == "" else str(v)
-
-
-def _seed_list(run: RunData) -> list:
-    """The seeds of a run: the resolved spec's ``seeds`` (a list, or a count n meaning 0..n-1),
-    else the seeds found in its trials."""
-    seeds = run.spec.get("seeds")
-    if isinstance(seeds, bool):
-        seeds = None
-    if isinstance(seeds, int):
-        return list(range(seeds))
-    if isinstance(seeds, (list, tuple)) and seeds:
-        return list(seeds)
-    if "seed" in run.trials.columns:
-        found = pd.to_numeric(run.trials["seed"], errors="coerce").dropna()
-        return sorted({int(x) if float(x).is_integer() else float(x) for x in found})
-    return []
 
 
 def _seed_text(seeds: Iterable) -> str:
@@ -179,15 +110,15 @@ def _seed_text(seeds: Iterable) -> str:
     return ", ".join(str(x) for x in sorted(dict.fromkeys(seeds), key=key)) or "unknown"
 
 
-def _run_names(runs: Sequence[RunData]) -> list[str]:
+def _run_names(runs: Sequence[Run]) -> list[str]:
     """A name per run: the spec's name, or the directory when two runs share a name."""
-    names = [str(r.spec.get("name") or r.path.name) for r in runs]
+    names = [r.name for r in runs]
     if len(set(names)) < len(names):
         names = [str(r.path) for r in runs]
     return names
 
 
-def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | None = None) -> list[tuple[str, str]]:
+def provenance(runs: Sequence[Run], trials: pd.DataFrame, *, command: str | None = None) -> list[tuple[str, str]]:
     """Provenance as ordered (field, value) pairs: spec name and hash, dataset and
     subset, seeds, nas_stab version and commit, torch, hardware, dates, trials by status,
     compute time.
@@ -205,35 +136,34 @@ def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | 
             return vals[0]
         return "; ".join(f"{n}: {str(v).rstrip('.')}" for n, v in zip(names, vals))  # no ".;" after a sentence
 
-    def dataset(r: RunData) -> str:
-        ds = lookup(r.spec, "task.dataset", {}) or {}
-        ds = ds if isinstance(ds, Mapping) else {}
-        subset = ", ".join(f"{k}={ds[k]}" for k in ("train", "val", "test") if ds.get(k) is not None) or "full splits"
-        how = _meta(r.spec, "data")  # how the splits were made, as `nas-stab run` found the data (e.g. carved from one split)
-        how = how.split(": ", 1)[1] if how.startswith(f"{ds.get('name')}: ") else how
-        return f"{ds.get('name', 'unknown')} ({subset}" + (f"; {how})" if how and how != "unknown" else ")")
+    def dataset(r: Run) -> str:
+        ds = r.spec.task.dataset
+        subset = ", ".join(f"{k}={getattr(ds, k)}" for k in ("train", "val", "test") if getattr(ds, k) is not None) or "full splits"
+        how = _meta(r, "data")  # how the splits were made, as `nas-stab run` found the data (e.g. carved from one split)
+        how = how.split(": ", 1)[1] if how.startswith(f"{ds.name}: ") else how
+        return f"{ds.name} ({subset}" + (f"; {how})" if how and how != "unknown" else ")")
 
     items = []
     if len(runs) == 1:
-        items.append(("spec", f"{names[0]} (hash {_meta(runs[0].spec, 'spec_hash')})"))
+        items.append(("spec", f"{names[0]} (hash {_meta(runs[0], 'spec_hash')})"))
     else:
-        items.append(("spec", "; ".join(f"{n} (hash {_meta(r.spec, 'spec_hash')})" for n, r in zip(names, runs))))
-    descs = [str(r.spec["description"]) for r in runs if r.spec.get("description")]
+        items.append(("spec", "; ".join(f"{n} (hash {_meta(r, 'spec_hash')})" for n, r in zip(names, runs))))
+    descs = [r.spec.description for r in runs if r.spec.description]
     if descs:
-        items.append(("description", descs[0] if len(set(descs)) == 1 else per_run(lambda r: str(r.spec.get("description") or "none"))))
-    seeds = [_seed_list(r) for r in runs]
+        items.append(("description", descs[0] if len(set(descs)) == 1 else per_run(lambda r: r.spec.description or "none")))
+    seeds = [r.seeds for r in runs]
     seed_text = _seed_text(x for ss in seeds for x in ss)
     if len(runs) > 1 and len({_seed_text(ss) for ss in seeds}) > 1:
         seed_text += " (" + "; ".join(f"{n}: {_seed_text(ss)}" for n, ss in zip(names, seeds)) + ")"
     items += [
-        ("task", per_run(lambda r: str(lookup(r.spec, "task.kind", "unknown")))),
+        ("task", per_run(lambda r: r.spec.task.kind)),
         ("dataset", per_run(dataset)),
         ("seeds", seed_text),
-        ("nas_stab", per_run(lambda r: f"{_meta(r.spec, 'nas_stab_version')} (commit {_meta(r.spec, 'git_commit')})")),
-        ("torch", per_run(lambda r: _meta(r.spec, "torch_version"))),
-        ("python", per_run(lambda r: _meta(r.spec, "python"))),
-        ("hardware", per_run(lambda r: _meta(r.spec, "hardware"))),
-        ("run created", per_run(lambda r: _meta(r.spec, "created"))),
+        ("nas_stab", per_run(lambda r: f"{_meta(r, 'nas_stab_version')} (commit {_meta(r, 'git_commit')})")),
+        ("torch", per_run(lambda r: _meta(r, "torch_version"))),
+        ("python", per_run(lambda r: _meta(r, "python"))),
+        ("hardware", per_run(lambda r: _meta(r, "hardware"))),
+        ("run created", per_run(lambda r: _meta(r, "created"))),
     ]
     if len(runs) > 1:
         first_cfg = _settings(runs[0].spec)
@@ -243,9 +173,9 @@ def provenance(runs: Sequence[RunData], trials: pd.DataFrame, *, command: str | 
         for n, r, ss in zip(names, runs, seeds):
             items.append((
                 "run",
-                f"{n} ({r.path}): hash {_meta(r.spec, 'spec_hash')}, commit {_meta(r.spec, 'git_commit')}, "
-                f"nas_stab {_meta(r.spec, 'nas_stab_version')}, torch {_meta(r.spec, 'torch_version')}, "
-                f"hardware {_meta(r.spec, 'hardware')}, created {_meta(r.spec, 'created')}; seeds {_seed_text(ss)}; "
+                f"{n} ({r.path}): hash {_meta(r, 'spec_hash')}, commit {_meta(r, 'git_commit')}, "
+                f"nas_stab {_meta(r, 'nas_stab_version')}, torch {_meta(r, 'torch_version')}, "
+                f"hardware {_meta(r, 'hardware')}, created {_meta(r, 'created')}; seeds {_seed_text(ss)}; "
                 f"{_status_counts(r.trials)}; compute {_compute(r.trials, total=False)}",
             ))
         shared = sorted({str(x) for i, a in enumerate(seeds) for b in seeds[i + 1:] for x in set(map(str, a)) & set(map(str, b))})
@@ -270,12 +200,19 @@ def _compute(trials: pd.DataFrame, *, total: bool = True) -> str:
     return duration(float(wall.sum()), exact=True) + (" total wall time of all runs" if total else "")
 
 
+def _read(run_dir: Path) -> Run:
+    """A run directory with its trials read (errors name the file, in the order they are met)."""
+    run = read_run(run_dir)
+    run.trials  # noqa: B018 - read now: a run without trials is an error here
+    return run
+
+
 def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> tuple[Analysis, list[tuple[str, str]], list[RunData]]:
+                  overrides: Mapping[str, Any] | None = None) -> tuple[Analysis, list[tuple[str, str]], list[Run]]:
     """Read and analyze one or more runs: (analysis, provenance, runs). `overrides` replace the
-    stored ``leaderboard:`` settings (keys of `SETTING_KEYS`)."""
+    stored ``leaderboard:`` settings (lr, transfer, compare, metric, reference, tolerance)."""
     unique = {Path(d).resolve(): Path(d) for d in run_dirs}  # a run named twice counts once
-    runs = [load_run(d) for d in unique.values()]
+    runs = [_read(d) for d in unique.values()]
     if not runs:
         raise RunError("no run directory given")
     cfg = _settings(runs[0].spec, overrides)
@@ -285,7 +222,7 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
         keys += [c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c]
     frames = []
     for i, r in enumerate(runs):
-        t = fill_base(r.trials, keys, r.spec)
+        t = fill_base(r.trials, keys, r.spec.raw)  # a key a run does not search: its value as stored
         t["_run"] = str(i)
         frames.append(t)
     trials = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
@@ -297,10 +234,10 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
     return a, provenance(runs, trials, command=command), runs
 
 
-def _check_axes(cfg: Mapping[str, Any], runs: Sequence[RunData]) -> None:
+def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:
     """A key the table slices by must be a column of some run's trials or a key of its spec."""
     for what, key in [("--lr", cfg["lr"]), ("--transfer", cfg["transfer"])] + [("--compare", k) for k in cfg["compare"]]:
-        if key and not any(key in r.trials.columns or lookup(r.spec, key) is not None for r in runs):
+        if key and not any(key in r.trials.columns or r.stored(key) is not None for r in runs):
             searched = sorted({c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c})
             raise SpecError(f"{key!r} is neither a searched key of the run nor a key of its spec; searched: "
                             f"{', '.join(searched) or 'none'}", key=what)

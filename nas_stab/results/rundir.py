@@ -32,9 +32,8 @@ import yaml
 
 from nas_stab import __version__, metrics
 from nas_stab.errors import RunError
-from nas_stab.results.csvsafe import escape_cell, unescape_cell
-
-TRIALS_CSV = "trials.csv"
+from nas_stab.results.csvsafe import escape_cell
+from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
 FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "diverged_step", "diverged_why", "error", "run_id",
               "key", "optuna_trial"]
@@ -183,7 +182,7 @@ class RunDir:
             data["meta"] = meta_for(spec)
             if data_note:
                 data["meta"]["data"] = data_note  # how the splits were made (e.g. carved from one split)
-            atomic_write(path / "spec.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+            atomic_write(path / SPEC_YAML, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         else:
             rd._update_presentation(spec)
         if (path / "history").exists() and not (path / "history").is_dir():
@@ -202,8 +201,8 @@ class RunDir:
         """The same experiment rerun with other ``leaderboard:`` settings (or description): they are
         not part of its identity (the spec hash leaves them out), so the stored spec takes the new
         ones and the next table is built with them; nothing is retrained."""
-        p = self.path / "spec.yaml"
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        p = self.path / SPEC_YAML
+        data = stored_spec(self.path) or {}
         new = self.spec_plain(spec)
         changed = [k for k in ("leaderboard", "description") if data.get(k) != new.get(k)]
         if not changed:
@@ -257,16 +256,9 @@ class RunDir:
 
     # -- files ------------------------------------------------------------------
     def read_meta(self) -> dict | None:
-        p = self.path / "spec.yaml"
-        if not p.exists():
-            return None
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
-            raise RunError(f"{p} is corrupt ({' '.join(str(e).split())}); move the directory aside or rerun with --fresh") from None
-        if data is not None and not isinstance(data, dict) or not isinstance((data or {}).get("meta") or {}, dict):
-            raise RunError(f"{p} is corrupt (not a mapping with meta); move the directory aside or rerun with --fresh")
-        return (data or {}).get("meta") or {}
+        """The stored provenance (``meta:`` of spec.yaml), None when there is no spec.yaml yet."""
+        data = stored_spec(self.path)
+        return None if data is None else data.get("meta") or {}
 
     def log(self, message: str) -> None:
         stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
@@ -280,18 +272,7 @@ class RunDir:
 
     def read_trials(self) -> list[dict[str, str]]:
         """Rows of trials.csv; a file cut short by a kill is repaired (its last partial row dropped)."""
-        p = self.path / TRIALS_CSV
-        if not p.exists():
-            return []
-        text = p.read_text(encoding="utf-8", errors="replace")
-        if text and not text.endswith("\n"):  # an append cut short by a kill: drop the partial last line
-            text = text[: text.rfind("\n") + 1]
-            self.log("trials.csv: dropped a partial last row")
-        rows = [{k: unescape_cell(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(text))]
-        good = [r for r in rows if r.get("key") and r.get("status") in metrics.STATUSES]
-        if len(good) != len(rows):
-            self.log(f"trials.csv: dropped {len(rows) - len(good)} malformed row(s)")
-        return good
+        return read_rows(self.path, self.log)
 
     def write_trials(self, rows: Iterable[dict[str, Any]], searched: Iterable[str], task_kind: str) -> None:
         """Rewrite trials.csv atomically with every row, in (trial, seed) order."""
@@ -351,7 +332,7 @@ class RunDir:
         w.writeheader()
         for row in history:
             w.writerow({k: _fmt(row.get(k)) for k in cols})
-        atomic_write(self.path / "history" / f"{run_id}.csv", buf.getvalue())
+        atomic_write(self.path / HISTORY / f"{run_id}.csv", buf.getvalue())
 
 
 def columns(searched: Iterable[str], task_kind: str, extra: Iterable[str] = ()) -> list[str]:

@@ -8,12 +8,12 @@ from nas_stab import metrics
 
 
 def status_text(run_dir: Path) -> str:
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.results.reader import read_run
     from nas_stab.search.plan import base_lookup
-    from nas_stab.config import load_run_spec
 
-    spec = load_run_spec(run_dir)
-    rows = RunDir(run_dir).read_trials()
+    run = read_run(run_dir)
+    spec = run.spec
+    rows = run.rows()
     counts = {s: 0 for s in metrics.STATUSES}
     used = 0.0
     best = None

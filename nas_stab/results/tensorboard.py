@@ -18,7 +18,6 @@ false` turns them off.
 """
 from __future__ import annotations
 
-import csv
 import math
 import re
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from nas_stab import metrics
+from nas_stab.results.reader import HISTORY, read_history_rows
 
 TB_DIR = "tensorboard"
 _SKIP = {"step"}
@@ -53,11 +53,6 @@ def _tag(column: str, task_metrics: set[str]) -> str:
     if column in task_metrics or column.startswith(("val_", "test_")) or column in ("bleu", "test_bleu"):
         return f"val/{column}"
     return f"stability/{column}"
-
-
-def read_history(path: Path) -> list[dict[str, str]]:
-    with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def write_run(root: Path, row: dict, history: list[dict], searched: list[str], task_kind: str) -> Path:
@@ -112,7 +107,6 @@ def write_rows(run_path: Path, rows: list[dict], searched: list[str], task_kind:
     root = Path(run_path) / TB_DIR
     out = []
     for row in rows:
-        hist = Path(run_path) / "history" / f"{row['run_id']}.csv"
-        history = read_history(hist) if hist.exists() else []
+        history = read_history_rows(Path(run_path) / HISTORY, row["run_id"])
         out.append(write_run(root, row, history, searched, task_kind))
     return out

@@ -1,0 +1,174 @@
+"""The divergence map: the fraction of runs that diverged, size x learning rate, one panel per row
+label (row label x learning rate in one map without a transfer axis), optionally coloured by why
+the runs diverged. The figure grows with the grid, tick labels are thinned to fit, and cells carry
+their percentage only when it fits."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from nas_stab.results.analysis import Analysis
+from nas_stab.results.values import fmt_value
+from nas_stab.results._plotbase import (
+    _CHAR_EM, _COLS, _MAX_MAP_ROWS, _MAX_PANELS, _TICK_PT, _TITLE_PT, _figure, _labels, _png, _short_keys,
+    _suptitle, _wrap
+)
+
+
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, x))
+
+
+def _thin(n: int, room_in: float, per_tick_in: float) -> int:
+    """Tick step so that n ticks fit in room_in inches at per_tick_in inches each."""
+    fit = max(1, int(room_in / per_tick_in))
+    return max(1, math.ceil(n / fit))
+
+
+def _dominant_why(a: Analysis, why) -> dict:
+    """{(row code, size code, lr code): the most frequent diverged_why label of the cell's diverged runs}.
+    `why`: one label per record of `a.records` (in order), or None to use its `diverged_why` column."""
+    rec = a.records
+    if why is None:
+        if "diverged_why" not in rec.columns:
+            return {}
+        why = rec["diverged_why"]
+    labels = pd.Series(list(why), index=rec.index).fillna("").astype(str).str.strip()
+    div = rec["_div"].astype(bool) & (labels != "") & (labels != "nan")
+    out = {}
+    for key, grp in labels[div].groupby([rec.loc[div, "_k"], rec.loc[div, "_s"], rec.loc[div, "_l"]]):
+        counts = grp.value_counts()
+        out[key] = sorted(counts.index[counts == counts.max()])[0]  # ties: alphabetical, deterministic
+    return out
+
+
+def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
+    """The Figure of `divergence_plot`, or None without cells.
+
+    `color_by="diverged_why"`: each cell with a diverged run is coloured by the
+    most frequent `diverged_why` label of its diverged runs (the shade still
+    the fraction diverged), with a legend of the labels; the labels come from
+    `why` (one per record of `a.records`) or the records' `diverged_why` column.
+    """
+    cells = a.cells
+    if cells.empty:
+        return None
+    if color_by not in (None, "diverged_why"):
+        raise ValueError(f"divergence map: color_by must be None or 'diverged_why', not {color_by!r}")
+    dominant = _dominant_why(a, why) if color_by else {}
+    why_names = sorted(set(dominant.values()))
+    st = a.settings
+    lrs = np.sort(cells["lr"].unique())
+    li = {v: i for i, v in enumerate(lrs)}
+    lr_text = [f"{v:.3g}" for v in lrs]
+    limit = _MAX_PANELS if st.transfer_key else _MAX_MAP_ROWS  # one map holds many more rows than panels
+    labels = _labels(a, limit)
+
+    if st.transfer_key:  # one panel per row label: size x lr
+        sizes = sorted(cells["_s"].unique())
+        size_name = dict(zip(cells["_s"], cells["size"]))
+        row_text = [fmt_value(size_name[s]) for s in sizes]
+        panels = []
+        for k, title in labels:
+            grid = np.full((len(sizes), len(lrs)), np.nan)
+            wgrid = np.full(grid.shape, -1)
+            sub = cells[cells["_k"] == k]
+            si = {v: i for i, v in enumerate(sizes)}
+            for s, lc, lr, f in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"]):
+                grid[si[s], li[lr]] = f
+                if (k, s, lc) in dominant:
+                    wgrid[si[s], li[lr]] = why_names.index(dominant[(k, s, lc)])
+            panels.append((title, grid, wgrid))
+        ylabel = st.transfer_key
+    else:  # no size axis: one map, row label x lr (rank 1 at the top)
+        short = _short_keys(st.compare)
+        row_text = []
+        grid = np.full((len(labels), len(lrs)), np.nan)
+        wgrid = np.full(grid.shape, -1)
+        for i, (k, _) in enumerate(labels):
+            r = a.rows.loc[a.rows["_k"] == k].iloc[0]
+            row_text.append(", ".join(fmt_value(r[c]) for c in st.compare) if st.compare else str(r["label"]))
+            sub = cells[cells["_k"] == k]
+            for s, lc, lr, f in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"]):
+                grid[i, li[lr]] = f
+                if (k, s, lc) in dominant:
+                    wgrid[i, li[lr]] = why_names.index(dominant[(k, s, lc)])
+        panels = [("", grid[::-1], wgrid[::-1])]
+        row_text = row_text[::-1]
+        ylabel = ", ".join(short) if st.compare else ""
+
+    n_rows, n_cols = len(row_text), len(lrs)
+    cell_w = _clamp(6.0 / n_cols, 0.14, 0.55)
+    cell_h = _clamp(6.0 / n_rows, 0.14, 0.42)
+    tick_chars = max(len(t) for t in row_text)
+    left = 0.45 + min(3.0, tick_chars * _TICK_PT * _CHAR_EM / 72)  # y tick labels and y label
+    rotate = n_cols * cell_w < sum(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 + 0.1 * n_cols
+    bottom = 0.55 + (max(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 * 0.75 if rotate else 0.15)
+    panel_w = max(3.0, n_cols * cell_w + left + 0.2)
+    title_lines = max((len(_wrap(t, panel_w - 0.2, _TITLE_PT).splitlines()) for t, _, _ in panels if t), default=0)
+    panel_h = max(2.2, n_rows * cell_h + bottom + 0.2 + 0.2 * title_lines)
+    cols = max(1, min(_COLS, len(panels), int(16.0 // panel_w)))
+    # at least 6.5 inches wide, so the figure title fits on one line
+    fig, axes = _figure(len(panels), panel_w, panel_h, cols=cols, extra_w=max(1.2, 6.5 - cols * panel_w), extra_h=0.7)
+
+    annotate = cell_w >= 0.28 and cell_h >= 0.17
+    x_step = _thin(n_cols, n_cols * cell_w, 0.17 if rotate else max(0.3, max(len(t) for t in lr_text) * 0.07))
+    y_step = _thin(n_rows, n_rows * cell_h, 0.15)
+    im = None
+    why_colors = [_tab10(i) for i in range(len(why_names))] if color_by else []
+    for ax, (title, grid, wgrid) in zip(axes, panels):
+        if color_by:  # white -> the label's colour with the fraction diverged; light grey: tried, none diverged
+            rgba = np.zeros(grid.shape + (4,))
+            for (r, c), v in np.ndenumerate(grid):
+                if np.isnan(v):
+                    continue
+                if wgrid[r, c] >= 0:
+                    base = np.array(why_colors[wgrid[r, c]][:3])
+                    shade = 0.35 + 0.65 * v
+                    rgba[r, c] = (*(1 - shade + shade * base), 1.0)
+                else:
+                    rgba[r, c] = (0.93, 0.93, 0.93, 1.0)
+            ax.imshow(rgba, aspect="auto", origin="lower", interpolation="nearest")
+        else:
+            im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="Reds", aspect="auto", origin="lower",
+                           interpolation="nearest")
+        xt = list(range(0, n_cols, x_step))
+        ax.set_xticks(xt, [lr_text[i] for i in xt], fontsize=_TICK_PT, rotation=60 if rotate else 0,
+                      ha="right" if rotate else "center", rotation_mode="anchor" if rotate else "default")
+        yt = list(range(0, n_rows, y_step))
+        ax.set_yticks(yt, [row_text[i] for i in yt], fontsize=_TICK_PT)
+        ax.set_xlabel(st.lr_key, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        if title:
+            ax.set_title(_wrap(title, panel_w - 0.2, _TITLE_PT), fontsize=_TITLE_PT)
+        if annotate:
+            for (r, c), v in np.ndenumerate(grid):
+                if not np.isnan(v):
+                    ax.text(c, r, f"{v:.0%}" if v else "0", ha="center", va="center", fontsize=6,
+                            color="white" if v > 0.6 else "black")
+    if im is not None:
+        fig.colorbar(im, ax=axes, shrink=0.8 if len(axes) > 1 or n_rows > 3 else 1.0, label="fraction diverged")
+    if color_by and why_names:
+        from matplotlib.patches import Patch
+
+        fig.legend(handles=[Patch(color=c, label=n) for n, c in zip(why_names, why_colors)], loc="lower right",
+                   fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
+    what = "coloured by why (shade: fraction diverged)" if color_by else "fraction of runs diverged"
+    _suptitle(fig, a, f"divergence map: {what} (blank: not tried)", limit)
+    return fig
+
+
+def _tab10(i: int):
+    import matplotlib
+
+    return matplotlib.colormaps["tab10"](i % 10)
+
+
+def divergence_plot(a: Analysis, color_by: str | None = None, why=None) -> bytes | None:
+    """Fraction of runs diverged, size x learning rate, one panel per row label
+    (row label x learning rate in one map without a transfer axis); with
+    `color_by="diverged_why"` each cell coloured by why its runs diverged."""
+    fig = divergence_figure(a, color_by, why)
+    return None if fig is None else _png(fig)

@@ -1,0 +1,221 @@
+"""The one reader of a run directory (layout in `rundir.py` and docs/run-directory.md).
+
+`read_run(path)` returns a `Run`: the stored spec as the typed, validated `Spec`
+(so every setting the analysis needs, with its default, comes from the schema in
+`nas_stab/config/schema.py`), the provenance block (``meta:``), and, read on
+first use, the trials as a DataFrame whose text cells are unescaped
+(`csvsafe.py`) and each run's step history.
+
+    run = read_run("runs/quickstart")
+    run.spec.leaderboard.tolerance_octaves   # 1.0 unless the experiment set it
+    run.meta["spec_hash"]
+    run.trials                               # DataFrame; RunError when there is none yet
+    run.history("a1b2c3d4")                  # DataFrame of history/a1b2c3d4.csv, or None
+    run.rows()                               # trials.csv as text records (the driver's view)
+
+Two views of ``trials.csv``: `Run.trials` for analysis (pandas types; a missing,
+empty or malformed file is an error naming it) and `read_rows` for the driver
+and `nas-stab status` (cells as the text the driver wrote; a partial last line
+left by a kill and malformed rows are dropped, with a note to `log`).
+`stored_spec` gives the stored mapping itself, for the driver that compares a
+run's hash and rewrites its presentation keys.
+
+Reading never imports matplotlib; pandas only for `Run.trials` and histories.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from nas_stab import metrics
+from nas_stab.errors import RunError, SpecError
+from nas_stab.results.csvsafe import unescape_cell
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from nas_stab.config import Spec
+
+__all__ = ["HISTORY", "Run", "SPEC_YAML", "TRIALS_CSV", "history_frame", "history_path", "read_history_rows",
+           "read_rows", "read_run", "stored_spec"]
+
+SPEC_YAML = "spec.yaml"
+TRIALS_CSV = "trials.csv"
+HISTORY = "history"
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One run directory, read: ``spec`` typed, ``meta`` as stored, trials and histories on demand."""
+
+    path: Path
+    spec: "Spec"
+    meta: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.spec.seeds)
+
+    def stored(self, key: str, default: Any = None) -> Any:
+        """A dotted key's value exactly as spec.yaml stores it (`default` when absent): a table shows a
+        base value as the run wrote it (``1.0``, where the typed spec would give the number ``1``)."""
+        node: Any = self.spec.raw
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    @cached_property
+    def trials(self) -> "pd.DataFrame":
+        """trials.csv with pandas' types and the text cells unescaped.
+
+        Raises:
+            RunError: naming the file, when it is missing, unreadable, malformed or has no trials.
+        """
+        import pandas as pd
+
+        from nas_stab.results.csvsafe import unescape_frame
+
+        tpath = self.path / TRIALS_CSV
+        if not tpath.is_file():
+            raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
+        try:
+            trials = unescape_frame(pd.read_csv(tpath))  # values as the run wrote them (results/csvsafe.py)
+        except pd.errors.EmptyDataError:
+            raise RunError(f"{tpath}: empty file; no trial has been recorded") from None
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+            raise RunError(f"{tpath}: not a readable CSV table ({str(e).splitlines()[0]})") from None
+        except OSError as e:
+            raise RunError(f"{tpath}: cannot read ({e.strerror})") from None
+        if trials.empty:
+            raise RunError(f"{tpath}: has a header but no trials")
+        return trials
+
+    def rows(self, log: Callable[[str], None] | None = None) -> list[dict[str, str]]:
+        """The records of trials.csv as text (see `read_rows`)."""
+        return read_rows(self.path, log)
+
+    def history(self, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":
+        """One trained run's step history (see `history_frame`)."""
+        return history_frame(self.path / HISTORY, run_id, nrows=nrows)
+
+
+def read_run(run_dir: str | Path) -> Run:
+    """Read a run directory's spec.yaml: the typed spec (validated as a stored run's) and its ``meta:``.
+
+    Raises:
+        RunError: not a directory, spec.yaml missing, unreadable or invalid (the message names the
+            file, line and key).
+    """
+    from nas_stab.config import load_run_spec
+
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise RunError(f"{d}: not a run directory")
+    spec_path = d / SPEC_YAML
+    if not spec_path.is_file():
+        raise RunError(f"{spec_path}: missing; a run directory holds the resolved spec.yaml")
+    data = _load_mapping(spec_path)
+    try:
+        spec = load_run_spec(d)
+    except SpecError as e:
+        raise RunError(str(e)) from None
+    meta = data.get("meta")
+    return Run(path=d, spec=spec, meta=dict(meta) if isinstance(meta, Mapping) else {})
+
+
+def _load_mapping(spec_path: Path) -> dict:
+    from nas_stab.config.yamlio import load_yaml, read_text
+
+    try:
+        data, _ = load_yaml(read_text(spec_path), file=str(spec_path))
+    except SpecError as e:
+        raise RunError(str(e)) from None
+    if not isinstance(data, dict):
+        raise RunError(f"{spec_path}: expected a mapping of the experiment's keys")
+    return data
+
+
+def stored_spec(run_dir: str | Path) -> dict | None:
+    """spec.yaml as the plain mapping it stores (``meta:`` included), None when the directory has none.
+
+    Not validated against the schema: the driver reads it to compare an existing run's hash, which
+    must work for a run of an older or different spec.
+
+    Raises:
+        RunError: the file is not YAML, or not a mapping with a ``meta:`` mapping.
+    """
+    import yaml
+
+    p = Path(run_dir) / SPEC_YAML
+    if not p.exists():
+        return None
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
+        raise RunError(f"{p} is corrupt ({' '.join(str(e).split())}); move the directory aside or rerun with --fresh") from None
+    if data is not None and not isinstance(data, dict) or not isinstance((data or {}).get("meta") or {}, dict):
+        raise RunError(f"{p} is corrupt (not a mapping with meta); move the directory aside or rerun with --fresh")
+    return data or {}
+
+
+def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None) -> list[dict[str, str]]:
+    """The records of trials.csv, cells as the text the driver wrote (unescaped); [] without the file.
+
+    A file cut short by a kill is repaired: its partial last line is dropped, and so is any row
+    without a key or a known status; each repair is reported to `log`.
+    """
+    p = Path(run_dir) / TRIALS_CSV
+    if not p.exists():
+        return []
+    text = p.read_text(encoding="utf-8", errors="replace")
+    if text and not text.endswith("\n"):  # an append cut short by a kill: drop the partial last line
+        text = text[: text.rfind("\n") + 1]
+        if log:
+            log("trials.csv: dropped a partial last row")
+    rows = [{k: unescape_cell(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(text))]
+    good = [r for r in rows if r.get("key") and r.get("status") in metrics.STATUSES]
+    if len(good) != len(rows) and log:
+        log(f"trials.csv: dropped {len(rows) - len(good)} malformed row(s)")
+    return good
+
+
+def history_path(history_dir: str | Path, run_id: Any) -> Path | None:
+    """``<history_dir>/<run_id>.csv`` when it is a file; None otherwise, and for a run_id that would name
+    a path outside the directory."""
+    rid = str(run_id)
+    if Path(rid).name != rid:
+        return None
+    path = Path(history_dir) / f"{rid}.csv"
+    return path if path.is_file() else None
+
+
+def history_frame(history_dir: str | Path, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":
+    """One run's history file as a DataFrame (its first `nrows` rows); None when absent or unreadable."""
+    import pandas as pd
+
+    path = history_path(history_dir, run_id)
+    if path is None:
+        return None
+    try:
+        return pd.read_csv(path, nrows=nrows)
+    except (OSError, ValueError, pd.errors.ParserError):
+        return None
+
+
+def read_history_rows(history_dir: str | Path, run_id: Any) -> list[dict[str, str]]:
+    """One run's history file as text records; [] when it has none."""
+    path = history_path(history_dir, run_id)
+    if path is None:
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))

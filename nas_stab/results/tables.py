@@ -1,0 +1,191 @@
+"""The leaderboard as display text, shared by every format: number formats, the settings lines,
+the one-line summary, and the rows and per-cell tables as (headers, text, sort keys)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from nas_stab.results.analysis import Analysis
+from nas_stab.results.values import fmt_value
+
+__all__ = ["DEFINITIONS", "Provenance", "best_lrs", "cells_table", "display_table", "num", "settings_items", "summary",
+           "title"]
+
+DEFINITIONS = "docs/leaderboard.md"
+
+Provenance = Sequence[tuple[str, str]]
+
+
+def num(x: Any, digits: int = 4) -> str:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if math.isnan(f):
+        return "–"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return f"{f:.{digits}g}"
+
+
+def _oct(x: Any) -> str:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "–" if math.isnan(f) else f"{f:.2f}"
+
+
+def settings_items(a: Analysis) -> list[tuple[str, str]]:
+    """The analysis settings as provenance-style pairs."""
+    st = a.settings
+    better = "above" if st.direction == "maximize" else "below"
+    items = [
+        ("metric", f"{st.metric} ({st.direction}); no-learning value m0 = {num(st.m0)} ({st.m0_source}): diverged, "
+                   f"pruned, failed and non-finite runs count as m0 and worse values are clamped to it; a cell trains "
+                   f"when its seed-mean is {better} m0 by more than {num(st.margin)}"),
+        ("learning rate", st.lr_key),
+        ("size axis", st.transfer_key or "none (one size)"),
+        ("rows", ", ".join(st.compare) or "one row"),
+        ("reference size", fmt_value(st.reference) if st.reference is not None else "smallest"),
+        ("tolerance", f"{num(st.tolerance)} octave(s): 'yes' needs the whole lr_drift interval within it"),
+        ("intervals", f"{int(round(st.ci * 100))}% paired bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}"),
+        ("definitions", DEFINITIONS),
+    ]
+    items += [("note", n) for n in st.notes]
+    return items
+
+
+def summary(a: Analysis) -> str:
+    """One line for an index of leaderboards: which rows transfer, which do not, which cannot tell, and the best row.
+
+    Example: ``"val_acc, 3 rows: transfers: stam (drift 0.00 oct, regret 0); does not: sum (size 16: no lr
+    trains); inconclusive: avg (2 seeds); best: avg 0.872"``
+    """
+    st = a.settings
+    parts: dict[str, list[str]] = {"yes": [], "no": [], "inconclusive": []}
+    for r in a.rows.to_dict("records"):
+        if r["transfers"] == "yes":
+            parts["yes"].append(f"{r['label']} (drift {_oct(r['lr_drift'])} oct, regret {num(r['transfer_regret'], 2)})")
+        else:
+            parts.setdefault(r["transfers"], []).append(f"{r['label']} ({r['why']})")
+    out = [f"{st.metric}, {len(a.rows)} row{'s' if len(a.rows) != 1 else ''}"]
+    if parts["yes"]:
+        out.append("transfers: " + ", ".join(parts["yes"]))
+    if parts["no"]:
+        out.append("does not: " + ", ".join(parts["no"]))
+    if parts["inconclusive"]:
+        out.append("inconclusive: " + ", ".join(parts["inconclusive"]))
+    if len(a.rows):
+        sign = 1 if st.direction == "maximize" else -1
+        top = a.rows.loc[(sign * a.rows["best"]).idxmax()]
+        out.append(f"best: {top['label']} {num(top['best'])}")
+    return "; ".join(out)
+
+
+def _no_best(r: Mapping[str, Any]) -> dict[str, str]:
+    """{size text: "diverged" or "no lr trains"} for the sizes of a row that have no optimum."""
+    return {fmt_value(s): why for s, why in (r.get("no_best_lr") or ())}
+
+
+def best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> str:
+    """best_lr(s) per size, with ``<=`` / ``>=`` when censored at the grid's end (``=`` when only one lr
+    was tried); a size where no lr trains shows "diverged" or "no lr trains", never a learning rate."""
+    no_best = _no_best(r)
+    cens = {fmt_value(s): c for s, c in (r.get("censored") or ())}
+    parts = []
+    for s, lr in r["best_lrs"]:
+        key = fmt_value(s)
+        try:
+            missing = math.isnan(float(lr))
+        except (TypeError, ValueError):
+            missing = True
+        if missing:
+            text = no_best.get(key, "n/a")
+        else:
+            text = cens.get(key, "").replace("=", "=", 1) + (lr_fmt(lr) if lr_fmt is not None else num(lr, 3))
+        parts.append(f"{key}:{text}" if sized else text)
+    return sep.join(parts)
+
+
+def _ci(lo: Any, hi: Any, fmt=None) -> str:
+    fmt = fmt or _oct
+    a, b = fmt(lo), fmt(hi)
+    return "–" if a == "–" and b == "–" else f"{a}–{b}"
+
+
+def _best_at(r: Mapping[str, Any], st) -> str:
+    """The configuration of `best`; "diverged" / "n/a" when no run of the row counted."""
+    try:
+        missing = math.isnan(float(r["best_lr"]))
+    except (TypeError, ValueError):
+        missing = True
+    if missing:
+        whys = set(_no_best(r).values())
+        return "diverged" if whys == {"diverged"} else "no run counted"
+    sized = st.transfer_key is not None
+    return (f"{st.transfer_key}={fmt_value(r['best_size'])}, " if sized else "") + f"lr={num(r['best_lr'], 3)}"
+
+
+def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[float | None]]]:
+    """Headers, display strings and sort keys (numbers or None) of the leaderboard rows."""
+    st = a.settings
+    sized = st.transfer_key is not None
+    headers = ["rank"] + (list(st.compare) or ["row"]) + [
+        "transfers", "why", "transfer_regret", "regret CI", "worst_regret", "spread", "lr_drift", "lr_drift CI",
+        "lr_slope", "lr_slope CI", "best_lr(s)", "lr_sensitivity", "stable_octaves", f"best {st.metric}", "best at",
+        "seeds", "diverged",
+    ]
+    text: list[list[str]] = []
+    keys: list[list[float | None]] = []
+    for r in a.rows.to_dict("records"):
+        labels = [fmt_value(r[k]) for k in st.compare] or [r["label"]]
+        best = num(r["best"])
+        if r["best_n"] > 1 and not pd.isna(r["best_std"]):
+            best += f" ± {num(r['best_std'], 2)}"
+        at = _best_at(r, st)
+        num3 = lambda v: num(v, 3)  # noqa: E731
+        text.append(
+            [str(r["rank"])] + labels + [
+                r["transfers"], r["why"], num(r["transfer_regret"], 3),
+                _ci(r["transfer_regret_lo"], r["transfer_regret_hi"], num3), num(r["worst_regret"], 3),
+                num(r["spread"], 3), _oct(r["lr_drift"]), _ci(r["lr_drift_lo"], r["lr_drift_hi"]), _oct(r["lr_slope"]),
+                _ci(r["lr_slope_lo"], r["lr_slope_hi"]), best_lrs(r, sized), num(r["lr_sensitivity"], 3),
+                _oct(r["stable_octaves"]), best, at, str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
+            ]
+        )
+        keys.append(
+            [float(r["rank"])] + [None] * len(labels) + [
+                None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["spread"], r["lr_drift"],
+                r["lr_drift_lo"], r["lr_slope"], r["lr_slope_lo"], None, r["lr_sensitivity"], r["stable_octaves"],
+                r["best"], None, float(r["seeds"]), r["diverged"],
+            ]
+        )
+    return headers, text, keys
+
+
+def cells_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[float | None]]]:
+    st = a.settings
+    headers = (list(st.compare) or ["row"]) + ([st.transfer_key] if st.transfer_key else []) + [
+        st.lr_key, "log2(lr)", "mean", "std", "n", "runs", "diverged", "pruned", "failed",
+    ]
+    text, keys = [], []
+    for r in a.cells.to_dict("records"):
+        labels = [fmt_value(r[k]) for k in st.compare] or [r["label"]]
+        size = [fmt_value(r["size"])] if st.transfer_key else []
+        text.append(labels + size + [
+            num(r["lr"], 4), f"{math.log2(r['lr']):.2f}", num(r["mean"]), num(r["std"], 3), str(r["n"]),
+            str(r["n_runs"]), str(r["n_diverged"]), str(r["n_pruned"]), str(r["n_failed"]),
+        ])
+        nums = [r["size"]] if st.transfer_key and isinstance(r["size"], (int, float)) else [None] * len(size)
+        keys.append([None] * len(labels) + nums + [
+            r["lr"], math.log2(r["lr"]), r["mean"], r["std"], r["n"], r["n_runs"], r["n_diverged"], r["n_pruned"], r["n_failed"],
+        ])
+    return headers, text, keys
+
+
+def title(prov: Provenance) -> str:
+    d = dict(prov)
+    return f"LR-transfer leaderboard: {d.get('spec', 'nas_stab run')}"

@@ -1,0 +1,83 @@
+"""The one reader of a run directory (nas_stab/results/reader.py)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent / "data"))
+from lb_fixtures import make_run, spec_dict  # noqa: E402
+
+from nas_stab.config.schema import LeaderboardConfig  # noqa: E402
+from nas_stab.errors import RunError  # noqa: E402
+from nas_stab.results.reader import read_rows, read_run  # noqa: E402
+from nas_stab.results.rundir import RunDir  # noqa: E402
+
+
+def _rows():
+    return [{"seed": s, "model.branches": 1, "model.aggregation": "sum", "train.lr": lr, "val_acc": 0.5 + lr}
+            for s in (0, 1) for lr in (0.1, 0.2)]
+
+
+def test_spec_is_typed_with_schema_defaults_meta_and_trials(tmp_path):
+    spec = spec_dict("typed")
+    del spec["leaderboard"]  # every setting from the schema
+    spec["search"]["objective"] = "val_loss"
+    d = make_run(tmp_path, _rows(), spec=spec)
+    run = read_run(d)
+    assert run.name == "typed" and run.seeds == [0, 1]
+    assert run.spec.leaderboard == LeaderboardConfig()  # the schema's defaults, not re-typed ones
+    assert run.spec.search.objective == "val_loss"
+    assert run.meta["spec_hash"] == "0123456789abcdef"
+    assert run.stored("model.width") == 16 and run.stored("model.nothing", "x") == "x"
+    assert len(run.trials) == 4 and list(run.trials["seed"]) == [0, 0, 1, 1]
+
+
+def test_trials_cells_are_unescaped(tmp_path):
+    rows = _rows()
+    rows[0]["model.aggregation"] = "=cmd"  # the fixture writes it as is: escape it by hand, as the driver does
+    d = make_run(tmp_path, rows)
+    p = d / "trials.csv"
+    p.write_text(p.read_text().replace(",=cmd,", ",'=cmd,"))
+    assert "'=cmd" in p.read_text()
+    assert read_run(d).trials["model.aggregation"].iloc[0] == "=cmd"
+
+
+def test_missing_trials_is_an_error_naming_the_file_and_status_still_reads(tmp_path):
+    d = make_run(tmp_path, _rows())
+    (d / "trials.csv").unlink()
+    run = read_run(d)  # the spec reads; the trials are read on first use
+    with pytest.raises(RunError, match=r"trials\.csv: missing"):
+        run.trials  # noqa: B018
+    assert run.rows() == []
+
+
+def test_history_is_read_on_demand_and_never_outside_history(tmp_path):
+    d = make_run(tmp_path, _rows())
+    run = read_run(d)
+    h = run.history("r0000")
+    assert h is not None and "step" in h.columns
+    assert run.history("missing") is None
+    (d / "secret.csv").write_text("step\n0\n")
+    assert run.history("../secret") is None
+
+
+def test_rows_drop_a_partial_last_line_and_malformed_rows_and_say_so(tmp_path):
+    (tmp_path / "trials.csv").write_text(
+        "trial,seed,status,key,note\n0,0,complete,k0,'=x\n1,0,bogus,k1,\n2,0,complete,,\n3,0,complete,k3,par")
+    notes = []
+    rows = read_rows(tmp_path, notes.append)
+    assert [r["key"] for r in rows] == ["k0"] and rows[0]["note"] == "=x"
+    assert notes == ["trials.csv: dropped a partial last row", "trials.csv: dropped 2 malformed row(s)"]
+    assert RunDir(tmp_path).read_trials() == rows  # the driver's reader is this one
+
+
+def test_invalid_spec_is_a_run_error_with_file_line_and_key(tmp_path):
+    d = make_run(tmp_path, _rows())
+    data = yaml.safe_load((d / "spec.yaml").read_text())
+    data["leaderboard"]["tolerance_octaves"] = -1
+    (d / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(RunError, match=r"spec\.yaml:\d+: leaderboard\.tolerance_octaves"):
+        read_run(d)
