@@ -52,7 +52,7 @@ CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}  # class c
 _DEFAULTS = LeaderboardConfig()
 
 
-def _classes(spec: Spec) -> int | None:
+def dataset_classes(spec: Spec) -> int | None:
     """The class count of a classification run's dataset (None when unknown: imagefolder, translation)."""
     if spec.task.kind != "classification":
         return None
@@ -85,7 +85,7 @@ def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[st
         "metric": str(pick("metric") or spec.search.objective),
         "reference": pick("reference"),
         "tolerance": tolerance,
-        "classes": _classes(spec),
+        "classes": dataset_classes(spec),
     }
 
 

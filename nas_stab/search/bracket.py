@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Sequence
 
 from nas_stab.search.plan import Job
+from nas_stab.results.leaderboard import dataset_classes
 from nas_stab.search.sources import JOB_SOURCES
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
@@ -101,7 +102,7 @@ class BracketSource:
         self.lo, self.hi = (math.log2(float(v)) for v in b.lr_limits)
         self.seeds = tuple(spec.seeds)
         self.metric = spec.leaderboard.metric or spec.search.objective
-        self.classes = _classes(spec)
+        self.classes = dataset_classes(spec)
         sweeps: dict[tuple, tuple[dict, list[float]]] = {}
         for point in spec.space.grid(base_lookup(spec)):
             rest = {k: v for k, v in point.items() if k != self.lr_key}
@@ -257,11 +258,3 @@ class BracketSource:
         best = math.log2(float(size["grid_lr"]))
         trains = bool(size["trains"])
         return cells, best, trains, str(size["censored"]) if trains else ""
-
-
-def _classes(spec) -> int | None:
-    """The class count the leaderboard uses for the no-learning value (None: unknown)."""
-    from nas_stab.config import to_plain
-    from nas_stab.results.leaderboard import _classes as lb_classes
-
-    return lb_classes(to_plain(spec))
