@@ -75,21 +75,24 @@ ADAPTIVE = spec_text(train={"threads": 1, "steps": 10, "eval_every": 5}, stabili
 class Adaptive:
     """lr 0.01 first; lr 0.02 and 0.03 (a longer run) only once 0.01's record exists (as a bracket
     that waits for a result before choosing the next learning rates). With `stop_after` records it
-    sends this process SIGINT, once, when asked: Ctrl-C in the middle of the search (the local runner
-    stops with KeyboardInterrupt; the Ray runner through Tune's own SIGINT handler, which stops it)."""
+    stops the search once, when asked, as Ctrl-C does: it raises KeyboardInterrupt at that point (the
+    local runner), or with `signal_=True` sends this process SIGINT (the Ray runner stops through Tune's
+    own SIGINT handler; a KeyboardInterrupt raised inside Tune's searcher leaves workers behind)."""
 
-    def __init__(self, spec, stop_after: int | None = None):
+    def __init__(self, spec, stop_after: int | None = None, *, signal_: bool = False):
         from nas_stab.search.plan import grid_jobs
 
         pick = {(0.01, 10), (0.02, 10), (0.03, 1000)}  # any Job objects would do: these come from the grid
         self.first, *self.later = [j for j in grid_jobs(spec) if (j.params["train.lr"], j.params["train.steps"]) in pick]
-        self.stop_after = stop_after
+        self.stop_after, self.signal_ = stop_after, signal_
         self.seen: list[tuple[set, set, list]] = []  # (recorded keys, running keys, keys returned) per call
 
     def pending(self, records, running):
         done = {r["key"] for r in records}
         if self.stop_after is not None and len(done) >= self.stop_after:
             self.stop_after = None
+            if not self.signal_:
+                raise KeyboardInterrupt  # what Ctrl-C raises in this process, at a known point (deterministic)
             os.kill(os.getpid(), signal.SIGINT)
         if self.first.key not in done:
             out = [] if self.first.key in running else [self.first]
@@ -188,7 +191,7 @@ def test_an_adaptive_job_source_through_the_ray_runner_resumes_without_training_
 
     text = spec_text(ADAPTIVE, runner={"kind": "ray", "concurrency": 2})
     spec = loads_spec(text)
-    first = Adaptive(spec, stop_after=2)
+    first = Adaptive(spec, stop_after=2, signal_=True)
     with pytest.raises(KeyboardInterrupt):
         run_ray_text(text, tmp_path, run_fn=toy_run, source=first)
     first.check()
