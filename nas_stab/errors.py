@@ -62,3 +62,9 @@ class RunError(NasStabError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: runs in progress are closed as interrupted and the
     records written so far stay; the same command resumes. Exit code 143 (128 + 15)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C that a library caught itself (Ray Tune's own SIGINT handler ends `Tuner.fit` early
+    without raising): re-raised by the runner so that the run ends as interrupted, like Ctrl-C
+    (records written so far stay, the same command resumes, exit code 130)."""

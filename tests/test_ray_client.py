@@ -173,20 +173,3 @@ def test_ray_client_checkpoints_need_shared_storage(tmp_path):
     text = spec_text(TINY, runner={"kind": "ray", "address": "ray://10.0.0.1:10001", "checkpoint_every": 10})
     with pytest.raises(RunError, match="runner.storage"):
         run_ray_text(text, tmp_path)  # refused before connecting anywhere
-
-
-def test_driver_staging_dir_stands_in_for_the_session_dir(monkeypatch, tmp_path):
-    """Under Ray Client, Tune's driver stages in the run directory: emptied first (a killed driver's
-    leftovers), removed afterwards, Ray's function restored."""
-    import ray._private.worker as worker
-    import ray.train._internal.storage as storage
-
-    from nas_stab.search.ray_runner import _driver_staging_here
-
-    monkeypatch.setattr(worker, "_global_node", None)  # a Ray Client has no local Ray node
-    d = tmp_path / ".ray_client"
-    (d / "old").mkdir(parents=True)
-    before = storage._get_ray_train_session_dir
-    with _driver_staging_here(d):
-        assert storage._get_ray_train_session_dir() == str(d) and d.is_dir() and not (d / "old").exists()
-    assert storage._get_ray_train_session_dir is before and not d.exists()

@@ -140,7 +140,7 @@ def _fast_sqlite(engine) -> None:
     write-ahead log without an fsync. SQLite's defaults (a rollback journal,
     synchronous=FULL) cost several fsyncs per commit, and Optuna commits ~20
     times per trial: 250-280 ms per trial of ten reports here, against 70-100 ms
-    in WAL mode (the rest is SQLAlchemy's own work; benchmarks/bench_storage.py).
+    in WAL mode (the rest is SQLAlchemy's own work; the storage benchmark in benchmarks/ measures it).
     A killed process loses nothing and the database is never corrupt; only a
     power cut or an OS crash can lose the last commits. The journal mode is
     stored in the file, so any reader (optuna.load_study, optuna-dashboard)

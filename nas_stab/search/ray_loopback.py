@@ -1,10 +1,10 @@
 """Ray on loopback (127.0.0.1) only: a local Ray, or a multi-node cluster on one machine.
 
 Ray 2.60 rewrites a loopback address to the machine's "reachable" IP before
-connecting (`resolve_ip_for_localhost`), so a cluster whose processes listen
-on 127.0.0.1 only cannot be joined as ``127.0.0.1:PORT``, and
-``ray.init(_node_ip_address="127.0.0.1")`` still binds every interface. This
-module keeps everything on loopback:
+connecting, so a cluster whose processes listen on 127.0.0.1 only cannot be
+joined as ``127.0.0.1:PORT``, and a node asked to use 127.0.0.1 still binds
+every interface. This module keeps everything on loopback (the private Ray
+details it takes are in `nas_stab.search._ray_compat`):
 
 - `init_ray(address, num_cpus)`: start a local Ray, or join ``auto`` /
   ``host:port``, without that rewrite when the address is a loopback one;
@@ -19,7 +19,6 @@ of it is the head's business.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -51,31 +50,6 @@ def is_loopback(address: str | None) -> bool:
     return bool(address) and host_of(address) in LOOPBACK
 
 
-@contextlib.contextmanager
-def _no_localhost_rewrite():
-    """Make Ray's node-IP lookup answer 127.0.0.1 while we start or join on loopback."""
-    import ray._private.ray_constants as constants
-
-    old = constants.ENABLE_RAY_CLUSTER
-    constants.ENABLE_RAY_CLUSTER = False  # read at call time by services.get_node_ip_address
-    try:
-        yield
-    finally:
-        constants.ENABLE_RAY_CLUSTER = old
-
-
-def resolve_auto(address: str | None) -> str | None:
-    """The address ``auto`` stands for (RAY_ADDRESS, or the cluster last started here), else as given."""
-    if address != "auto":
-        return address
-    from ray._private import services
-
-    try:
-        return services.get_ray_address_from_environment("auto", None) or address
-    except Exception:
-        return address
-
-
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwargs) -> str:
     """Connect this process to Ray; returns what it did ("started" or "joined ADDRESS").
 
@@ -86,18 +60,18 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwarg
     no_grpc_fork_handlers()
     import ray
 
+    from nas_stab.search import _ray_compat
+
     kwargs.setdefault("log_to_driver", False)
     if address is not None and address.startswith("ray://"):
         ray.init(address=address, **kwargs)  # Ray Client: no local node, nothing to bind
         return f"connected to {address}"
     if address is None:
-        with _no_localhost_rewrite():
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
+        _ray_compat.init_on_loopback(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
         return "started"
-    real = resolve_auto(address)
+    real = _ray_compat.cluster_address(address)  # what `auto` stands for
     if is_loopback(real):
-        with _no_localhost_rewrite():
-            ray.init(address=real, _node_ip_address="127.0.0.1", **kwargs)
+        _ray_compat.init_on_loopback(address=real, **kwargs)
     else:
         ray.init(address=address, **kwargs)
     return f"joined {real}"
@@ -116,16 +90,14 @@ def _option(args: list[str], name: str) -> str | None:
 def main() -> int:
     """`ray` CLI with loopback addresses left alone (see runners/local_cluster.sh)."""
     no_grpc_fork_handlers()
-    import ray._private.services as services
+    from nas_stab.search import _ray_compat
 
-    services.resolve_ip_for_localhost = lambda host: host
+    _ray_compat.keep_loopback_addresses()
     args = sys.argv[1:]
     if "start" in args and "--head" in args and _option(args, "--node-ip-address") in LOOPBACK:
         # A head's Ray Client server (--ray-client-server-port) starts one driver process per client;
         # that process joins the head with the same rewrite, which the patch above cannot reach.
-        # With this variable, Ray's node-IP lookup answers 127.0.0.1 in the head's child processes
-        # (on Linux it only also refuses `ray start --address` of a worker node, which a head never runs).
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        _ray_compat.node_ip_is_loopback_in_children()
     from ray.scripts.scripts import main as ray_main
 
     sys.argv[0] = "ray"

@@ -20,11 +20,12 @@ Example:
 
 Under Ray Client (``ray://``) the driver is still this process: Tune's driver
 loop runs here, its Ray calls go through the client connection, and the
-study and run directory stay on this machine (`_ClientTuner`).
+study and run directory stay on this machine (`_ray_compat.local_tuner`).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import os
 import shutil
@@ -32,12 +33,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from nas_stab.errors import RunError
+from nas_stab.errors import Interrupted, RunError
 from nas_stab.search.driver import Driver
 
-RAY_TESTED = "2.60."  # Searcher and TrialScheduler are Ray developer APIs: see tests/test_ray_traps.py
 PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
-CLIENT_STAGING = ".ray_client"  # Tune's driver staging dir under Ray Client (see _driver_staging_here)
+CLIENT_STAGING = ".ray_client"  # Tune's driver staging dir under Ray Client (see _ray_compat.driver_staging_here)
 
 
 def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None,
@@ -62,17 +62,18 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
 
 def _run_tune(spec, rd, driver, run_fn) -> None:
     _check_client_storage(spec.runner)
-    with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as record_pids:
+    with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as local_ray:
         import ray
         from ray import tune
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from nas_stab.search import _ray_compat
         from nas_stab.search.ray_bridge import OptunaBridge
         from nas_stab.search.ray_trial import Board, trial_main
 
         r = spec.runner
         res = trial_resources(r)
-        _check_fits(res, started_here=record_pids is not _NOTHING, log=rd.log)
+        _check_fits(res, started_here=local_ray.started_here, log=rd.log)
         threads = trial_threads(spec)
         board = (
             ray.remote(num_cpus=0)(Board)
@@ -92,8 +93,8 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
                 shutil.rmtree(old, ignore_errors=True)
         from ray.util.client import ray as ray_client
 
-        client = ray_client.is_connected()  # Ray Client (runner.address ray://...): see _ClientTuner
-        tuner = (_ClientTuner if client else tune.Tuner)(
+        client = ray_client.is_connected()  # Ray Client (runner.address ray://...): see _ray_compat.local_tuner
+        tuner = (_ray_compat.local_tuner if client else tune.Tuner)(
             fn,
             tune_config=tune.TuneConfig(
                 search_alg=bridge.searcher,
@@ -114,9 +115,9 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         )
         rd.log(f"ray: {f'{n_trials} trial(s)' if n_trials is not None else 'trials as the job source gives them'}, {res} per trial, concurrency {r.concurrency}, tune experiment {storage_path}/{name}")
         clean = False
-        record_pids()  # the raylet's agents exist by now
+        local_ray.record_pids()  # the raylet's agents exist by now
         try:
-            with _quiet_tune(), (_driver_staging_here(rd.path / CLIENT_STAGING) if client else contextlib.nullcontext()):
+            with _quiet_tune(), (_ray_compat.driver_staging_here(rd.path / CLIENT_STAGING) if client else contextlib.nullcontext()):
                 tuner.fit()
             clean = not bridge.live and driver.exhausted and not bridge.interrupted
         finally:
@@ -132,8 +133,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
                 with contextlib.suppress(OSError):
                     Path(storage_path).rmdir()  # only if empty
         else:
-            # Tune stopped early (Ctrl-C reaches Tune's own handler): tell the CLI it was interrupted
-            raise KeyboardInterrupt()
+            raise Interrupted("Ray Tune stopped before every trial finished")
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -204,8 +204,20 @@ def trial_threads(spec) -> int:
     return spec.train.threads or max(1, int(trial_resources(spec.runner)["cpu"]))
 
 
-def _NOTHING() -> None:
-    """The record function when this driver did not start the Ray it uses."""
+@dataclasses.dataclass
+class LocalRay:
+    """What `ray_session` yields: whether it started a local Ray, and where that Ray's processes are recorded."""
+
+    started_here: bool = False  # False: the Ray this process was already connected to, or a cluster it joined
+    pid_file: Path | None = None
+
+    def record_pids(self) -> None:
+        """Write the processes of the local Ray started here to `pid_file` (nothing for any other Ray),
+        so that a rerun after a SIGKILL ends the ones Ray leaves behind (`ray_procs`)."""
+        if self.started_here and self.pid_file is not None:
+            from nas_stab.search import ray_procs
+
+            ray_procs.record(self.pid_file)
 
 
 @contextlib.contextmanager
@@ -214,31 +226,29 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     or ``ray://host:port`` through Ray Client), or start a local Ray.
 
     A Ray started or joined here is shut down on exit (a cluster we joined keeps running).
-    Yields a function that records the processes of a local Ray started here in `pid_file`,
-    so that a rerun after a SIGKILL ends the ones Ray leaves behind (`ray_procs`).
+    Yields a `LocalRay`: call its `record_pids` once the Ray has all its processes.
     """
     from nas_stab.search.ray_loopback import no_grpc_fork_handlers
 
     no_grpc_fork_handlers()  # before Ray starts gRPC here or in a local Ray it starts
     import ray
 
-    from nas_stab.search import ray_procs
+    from nas_stab.search import _ray_compat, ray_procs
 
-    nothing = _NOTHING
-
-    if not ray.__version__.startswith(RAY_TESTED):
-        log(f"warning: nas_stab's Ray runner is tested with Ray {RAY_TESTED}x; this is Ray {ray.__version__}")
+    untested = _ray_compat.untested_version()
+    if untested:
+        log(f"warning: {untested}")
     addr = runner.address
     if pid_file is not None:
         ended = ray_procs.end_orphans(pid_file)
         if ended:
             log(f"ray: ended {ended} process(es) left by the local Ray of a killed run")
     if ray.is_initialized():
-        yield nothing
+        yield LocalRay()
         return
     from nas_stab.search.ray_loopback import init_ray
 
-    record = nothing
+    session = LocalRay()
     if addr and is_client_address(addr):
         try:
             connect_client(addr, init_ray, log)
@@ -274,16 +284,13 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     else:
         init_ray(None, num_cpus=os.cpu_count() or 1)
         log(f"ray: started a local Ray on 127.0.0.1 ({_cluster_summary(ray)})")
-        if pid_file is not None:
-            def record() -> None:
-                ray_procs.record(pid_file)
-
-            record()
+        session = LocalRay(started_here=True, pid_file=pid_file)
+        session.record_pids()
     try:
-        yield record
+        yield session
     finally:
         ray.shutdown()
-        if pid_file is not None and record is not nothing:
+        if session.started_here and pid_file is not None:
             pid_file.unlink(missing_ok=True)
 
 
@@ -325,49 +332,6 @@ def _cluster_summary(ray) -> str:
     res = ray.cluster_resources()
     nodes = len([n for n in ray.nodes() if n.get("Alive")])
     return f"{nodes} node(s), {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU"
-
-
-def _ClientTuner(trainable, *, tune_config, run_config):
-    """A Tuner whose driver loop runs in this process although it is a Ray Client.
-
-    `tune.Tuner` under Ray Client (`ray.util.client.ray.is_connected()`) moves its driver loop
-    into an actor on the head node (`_force_on_current_node(ray.remote(TunerInternal))`), with
-    pickled copies of the searcher and scheduler: the copies would lose the Optuna study and the
-    run directory, which must stay here. `TunerInternal` is what `Tuner` itself runs in a normal
-    driver; ``_remote=False`` is `tune.run`'s switch for "run the driver loop here" (Tune passes it
-    itself to the remote copy). Every Ray call of the loop then goes through the Ray Client.
-    """
-    from ray.tune.impl.tuner_internal import TunerInternal
-
-    return TunerInternal(trainable=trainable, tune_config=tune_config, run_config=run_config,
-                         _tuner_kwargs={"_remote": False})
-
-
-@contextlib.contextmanager
-def _driver_staging_here(path: Path):
-    """Give Tune's driver a local staging directory under Ray Client: `path`, emptied before and removed after.
-
-    Tune's driver keeps its experiment state in ``<Ray session dir>/artifacts/...`` before it
-    syncs it to the experiment's storage (`StorageContext.experiment_driver_staging_path`); a
-    Ray Client has no local Ray node, hence no session dir (``_global_node`` is None: Ray 2.60
-    fails with AttributeError). `path` (in the run directory, so that the rerun after a killed
-    driver removes what it left) stands in for it.
-    """
-    import ray._private.worker as worker
-    import ray.train._internal.storage as storage
-
-    if worker._global_node is not None or not hasattr(storage, "_get_ray_train_session_dir"):
-        yield
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    old = storage._get_ray_train_session_dir
-    storage._get_ray_train_session_dir = lambda: str(path)
-    try:
-        yield
-    finally:
-        storage._get_ray_train_session_dir = old
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
