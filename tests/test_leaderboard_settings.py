@@ -94,6 +94,7 @@ def _old_spec_hash(spec) -> str:
     plain.pop("runner", None)
     plain.pop("leaderboard", None)
     plain.pop("logging", None)  # a section the earlier code did not have
+    plain["search"].pop("bracket", None)  # nor this key (search.sampler: bracket came later)
     plain["space"] = spec.raw.get("space") if spec.raw else None
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -99,11 +99,10 @@ class TuneCheckpointer:
     continues with the right seed.
     """
 
-    def __init__(self, every: int, index: int, done: list[str], initial: dict | None, seed: int = 0):
+    def __init__(self, every: int, index: int, done: list[str], initial: dict | None):
         self.every = every
         self.index = index
         self.done = done
-        self.seed = seed
         self._initial = initial
 
     def load(self) -> dict | None:
@@ -171,7 +170,7 @@ def trial_main(config: dict, *, spec, board=None, cwd: str | None = None, run_fn
     for i in range(start, len(nas["seeds"])):
         seed = nas["seeds"][i]
         resumed_from = int(run_state["step"]) if (i == start and run_state) else None
-        ckpt = TuneCheckpointer(int(nas["checkpoint_every"]), i, done, run_state if i == start else None, seed)
+        ckpt = TuneCheckpointer(int(nas["checkpoint_every"]), i, done, run_state if i == start else None)
         reporter = _reporter(objective, i * int(nas["offset"]), board, trial_id)
         result, tb = run(spec, nas["params"], seed, reporter, ckpt if ckpt.every else None)
         enc = encode_result(result, tb, resumed_from)
