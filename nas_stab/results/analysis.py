@@ -178,6 +178,7 @@ def analyze(
     finite = np.isfinite(value) & (np.abs(value) < 1e300)
     complete = status == "complete"
     ok = complete & finite
+    pruned = status == "pruned"
 
     m0_default, margin_default, m0_how = no_learning(metric, classes)
     if m0 is None:
@@ -191,8 +192,10 @@ def analyze(
     if margin is None:
         margin = 0.1 * abs(m0) if metric in _LOSS or (margin_default == 0.1 and m0_default is None) else margin_default
     margin = float(margin)
-    # every value worse than m0 counts as m0 (Wortsman et al. 2023 clamp losses at the initial loss)
-    counted = np.where(ok, value, m0)
+    # a pruned run counts with the value it had when it was stopped (its last evaluation), else m0;
+    # diverged, failed and non-finite runs count with m0; every value worse than m0 counts as m0
+    # (Wortsman et al. 2023 clamp losses at the initial loss)
+    counted = np.where(ok | (pruned & finite), value, m0)
     counted = np.maximum(counted, m0) if sign > 0 else np.minimum(counted, m0)
 
     seed_codes, _ = value_codes(df["seed"])
@@ -205,7 +208,7 @@ def analyze(
             "_k": label_codes, "_s": size_codes, "_l": lr_codes, "_seed": seed_codes,
             "_value": counted, "_ok": ok,
             "_div": (status == "diverged") | (complete & ~finite),
-            "_pruned": status == "pruned",
+            "_pruned": pruned,
             "_failed": ~np.isin(status, ("complete", "pruned", "diverged")),
         }
     )
@@ -235,6 +238,7 @@ def analyze(
     res = estimate(per_seed, cells, sign=sign, thr=sign * m0 + margin, lr_float=lr_float, size_num=size_num,
                     ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
     rows, sizes = res
+    sizes["bracket_end"] = _bracket_ends(df, label_codes, size_codes, sizes)
 
     rows = rows.join(stable(cells, lr_float))
     top = cells.assign(score=sign * cells["mean"]).sort_values(
@@ -248,6 +252,7 @@ def analyze(
     rows["best_lr"] = np.where(trained, lr_float[top["_l"].to_numpy()], np.nan)
     rows["runs"] = cg["n_runs"].sum()
     rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
+    rows["pruned"] = cg["n_pruned"].sum() / rows["runs"]
     rows["m0"] = m0
     rows["margin"] = margin
     verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer))
@@ -263,9 +268,10 @@ def analyze(
     at = np.searchsorted(sz["_k"].to_numpy(), rows["_k"].to_numpy(), side="left")
     to = np.searchsorted(sz["_k"].to_numpy(), rows["_k"].to_numpy(), side="right")
     sv = [size_vals[s][1] for s in sz["_s"]]
-    blr, cen, tr, ad = (sz[c].tolist() for c in ("best_lr", "censored", "trains", "all_diverged"))
+    blr, cen, tr, ad, ends = (sz[c].tolist() for c in ("best_lr", "censored", "trains", "all_diverged", "bracket_end"))
     rows["best_lrs"] = [tuple(zip(sv[i:j], blr[i:j])) for i, j in zip(at, to)]
     rows["censored"] = [tuple((v, c) for v, c in zip(sv[i:j], cen[i:j]) if c) for i, j in zip(at, to)]
+    rows["bracket_ends"] = [tuple((v, e) for v, e in zip(sv[i:j], ends[i:j]) if e) for i, j in zip(at, to)]
     rows["no_best_lr"] = [tuple((v, "diverged" if d else "no lr trains") for v, t, d in zip(sv[i:j], tr[i:j], ad[i:j]) if not t)
                           for i, j in zip(at, to)]
     rows["_verdict"] = rows["transfers"].map(VERDICT_ORDER)
@@ -295,6 +301,22 @@ def analyze(
         n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes),
     )
     return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
+
+
+BRACKET_END = "bracket_end"  # a trials column: the end of the run's bracket sweep (set by load_analysis)
+
+
+def _bracket_ends(df: pd.DataFrame, label_codes: np.ndarray, size_codes: np.ndarray, sizes: pd.DataFrame) -> list[str]:
+    """Per (row label, size) of `sizes`: how its bracket sweep ended (``search.sampler: bracket``; the
+    column `BRACKET_END` of the trials, "" without it), several sweeps' ends joined by " / "."""
+    if BRACKET_END not in df.columns:
+        return [""] * len(sizes)
+    col = df[BRACKET_END].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    by: dict[tuple[int, int], set] = {}
+    for k, s, e in zip(label_codes.tolist(), size_codes.tolist(), col.tolist()):
+        if e:
+            by.setdefault((k, s), set()).add(e)
+    return [" / ".join(sorted(by.get((k, s), ()))) for k, s in zip(sizes["_k"].tolist(), sizes["_s"].tolist())]
 
 
 def _obj(values: list, index: pd.Index) -> pd.Series:

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from nas_stab.results.analysis import Analysis
 from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
 from nas_stab.results.html_page import to_html
-from nas_stab.results.tables import DEFINITIONS, Provenance, best_lrs, display_table, settings_items, summary, title
+from nas_stab.results.tables import DEFINITIONS, Provenance, best_lrs, bracketed, display_table, settings_items, summary, title
 from nas_stab.results.values import fmt_value
 
 __all__ = [
@@ -93,7 +93,8 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
         out.append("| " + " | ".join(escape_md(c) for c in row) + " |")
     out += ["", f"Columns are defined in `{DEFINITIONS}` (in the nas_stab repository): `transfers` is yes / no / "
             "inconclusive and `why` gives the reason; `<=` / `>=` in `best_lr(s)` mark an optimum censored at the "
-            "grid's end; intervals are 90% paired bootstraps over seeds.", ""]
+            "grid's end" + ("; after a bracket search, `(limit)`, `(wall)` or `(unfinished)` says why a sweep stopped "
+                            "there" if bracketed(a) else "") + "; intervals are 90% paired bootstraps over seeds.", ""]
     out += ["## Provenance", ""]
     out += [f"- **{escape_md(k)}**: {escape_md(v)}" for k, v in list(provenance) + settings_items(a)]
     if plots:
@@ -117,7 +118,7 @@ CSV_COLUMNS = [
     "worst_regret", "worst_regret_lo", "worst_regret_hi", "regret_sizes", "spread", "best_lr(s)", "lr_drift",
     "lr_drift_lo", "lr_drift_hi", "lr_slope", "lr_slope_lo", "lr_slope_hi", "lr_sensitivity", "grid_step",
     "stable_octaves", "stable_lr_min", "stable_lr_max", "best", "best_std", "best_n", "best_size", "best_lr",
-    "reference_size", "sizes", "seeds", "runs", "diverged", "m0", "margin",
+    "reference_size", "sizes", "seeds", "runs", "diverged", "pruned", "m0", "margin",
 ]
 
 
@@ -178,7 +179,7 @@ def to_latex(a: Analysis, provenance: Provenance) -> str:
     headers, text, _ = display_table(a)
     # a page holds only the verdict and its main numbers; every column stays in CSV and HTML
     drop = {"regret CI", "worst_regret", "spread", "lr_drift CI", "lr_slope CI", "lr_sensitivity", "stable_octaves",
-            "best at", "diverged"}
+            "best at", "diverged", "pruned"}
     keep = [i for i, h in enumerate(headers) if h not in drop]
     align = "".join("l" if headers[i] in ("transfers", "best_lr(s)") or not _is_num_col(text, i) else "r" for i in keep)
     lines = [f"% {escape_latex(k)}: {escape_latex(v)}" for k, v in provenance]

@@ -13,7 +13,8 @@ from importlib import resources
 from typing import Mapping
 
 from nas_stab.results.analysis import Analysis
-from nas_stab.results.tables import DEFINITIONS, Provenance, cells_table, display_table, settings_items, summary, title
+from nas_stab.results.tables import (DEFINITIONS, Provenance, bracketed, cells_table, display_table, settings_items, summary,
+                                     title)
 
 __all__ = ["to_html"]
 
@@ -75,6 +76,8 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
     out.append(f"<p>Columns are defined in <code>{e(DEFINITIONS)}</code> (in the nas_stab repository): "
                "<code>transfers</code> is yes / no / inconclusive and <code>why</code> gives the reason; "
                "<code>&lt;=</code> / <code>&gt;=</code> in <code>best_lr(s)</code> mark an optimum censored at the grid's end; "
+               + ("after a bracket search, <code>(limit)</code>, <code>(wall)</code> or <code>(unfinished)</code> says why a "
+                  "sweep stopped there; " if bracketed(a) else "") +
                "intervals are 90% paired bootstraps over seeds. Click a column header to sort.</p>")
     out.append('<h2>Provenance</h2><table class="provenance"><tbody>')
     for k, v in list(provenance) + settings_items(a):

@@ -223,6 +223,7 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
     frames = []
     for i, r in enumerate(runs):
         t = fill_base(r.trials, keys, r.spec.raw)  # a key a run does not search: its value as stored
+        t = with_bracket_ends(r, t, cfg["lr"])
         t["_run"] = str(i)
         frames.append(t)
     trials = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
@@ -232,6 +233,33 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
         where = ", ".join(str(r.path / "trials.csv") for r in runs)
         raise RunError(f"{where}: {e}") from None
     return a, provenance(runs, trials, command=command), runs
+
+
+# how a bracket sweep ended (nas_stab.search.bracket.SweepEnd.end) as the table says it
+BRACKET_END_TEXT = {"running": "unfinished", "bracketed": "bracketed", "divergence wall": "divergence wall",
+                    "limit": "limit", "no lr trains": "no lr trains"}
+
+
+def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFrame:
+    """`trials` with the column ``bracket_end``: for a run searched with ``search.sampler: bracket``
+    (and tabled by the learning rate it bracketed), how each run's sweep ended: ``bracketed``,
+    ``divergence wall``, ``limit``, ``no lr trains``, or ``unfinished`` (the search was stopped
+    before the sweep ended). The ends are replayed from the records, as the search decided them
+    (`BracketSource.report`). Other runs: `trials` unchanged."""
+    spec = run.spec
+    if spec.search.sampler != "bracket" or spec.leaderboard.lr != lr_key or "key" not in trials.columns:
+        return trials
+    from nas_stab.search.bracket import BracketSource  # lazy: search imports results
+
+    src = BracketSource(spec)
+    by_key: dict[str, str] = {}
+    for i, end in enumerate(src.report(trials.to_dict("records"))):
+        for k, lr in enumerate(end.lrs):
+            for job in src.jobs(i, lr, k):
+                by_key[job.key] = BRACKET_END_TEXT.get(end.end, end.end)
+    out = trials.copy()
+    out["bracket_end"] = [by_key.get(str(k), "") for k in trials["key"]]
+    return out
 
 
 def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:

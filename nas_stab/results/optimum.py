@@ -39,10 +39,11 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, ref: np.ndarray, *,
-         full: bool = True) -> dict[str, np.ndarray]:
+         full: bool = True, pruned: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Optima, drift, slope, regrets and sensitivity of seed-mean curves M[B, row, size, lr]
     (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size)
-    and ref[row] the reference size code. See docs/leaderboard.md for each formula."""
+    and ref[row] the reference size code; pruned[row, size, lr] marks the cells holding a pruned
+    run (no parabola through them). See docs/leaderboard.md for each formula."""
     B, K, S, L = M.shape
     score = sign * M
     fin = np.isfinite(M[0])  # which lrs were tried at each size: the same in every replicate
@@ -65,6 +66,11 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
     # refine only between neighbours that train: next to a divergence cliff the curve is not
     # locally quadratic, and a parabola through the cliff would overshoot the data
     refine = (cens == 0) & np.isfinite(y0) & np.isfinite(y2) & (y0 > thr + EPS) & (y2 > thr + EPS)
+    if pruned is not None and pruned.any():
+        # nor through a cell with a pruned run: its value is where the run was stopped, a pessimistic
+        # stand-in for where it would have ended, and a parabola through it would lean away from it
+        P = np.broadcast_to(pruned[None], M.shape)
+        refine &= ~(_take(P, jm) | _take(P, j) | _take(P, jp))
     with np.errstate(invalid="ignore", divide="ignore"):
         f01 = (y1 - y0) / (x1 - x0)
         f12 = (y2 - y1) / (x2 - x1)
@@ -134,7 +140,7 @@ class _quiet:
 def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot, ci, seed, sized, notes):
     """Point estimates and paired-bootstrap intervals: (rows by _k, sizes by (_k, _s))."""
     n_sizes = int(cells["_s"].max()) + 1
-    V, Lc, n_seeds, _ = _layout(per_seed, n_sizes)
+    V, Lc, n_seeds, l_loc = _layout(per_seed, n_sizes)
     K, S, L, N = V.shape
     X = np.where(Lc >= 0, np.log2(lr_float[np.clip(Lc, 0, None)]), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -148,9 +154,13 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
         ref = np.where(has, ref_code, firsts)
     else:
         ref = firsts
+    pruned = np.zeros((K, S, L), dtype=bool)
+    if "pruned" in per_seed.columns:
+        hit = per_seed["pruned"].to_numpy() > 0
+        pruned[per_seed["_k"].to_numpy()[hit], per_seed["_s"].to_numpy()[hit], l_loc[hit]] = True
     with _quiet():
         P = np.nanmean(V, -1)
-        point = fit(P[None], X, sign, thr, U, ref)
+        point = fit(P[None], X, sign, thr, U, ref, pruned=pruned)
 
     # paired bootstrap over seeds: one multinomial draw of seed indices per row and replicate
     reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar")}
@@ -177,7 +187,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
             if partial:  # a cell whose seeds the resample all missed (fewer seeds than its row) keeps its mean
                 Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
             with _quiet():
-                r = fit(Mb, X[sel], sign, thr, U, ref[sel], full=False)
+                r = fit(Mb, X[sel], sign, thr, U, ref[sel], full=False, pruned=pruned[sel])
             for name in reps:
                 reps[name].append(r[name])
             done += b

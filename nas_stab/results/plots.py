@@ -2,7 +2,8 @@
 
 - `transfer_plot`: the metric against log2(lr), one line per size, one panel
   per row label (the muP style); error bars are the standard deviation over
-  seeds, cut at the metric's range (accuracy in [0, 1], BLEU in [0, 100]); a cell where any run diverged is marked with a red cross, and each
+  seeds, cut at the metric's range (accuracy in [0, 1], BLEU in [0, 100]); a cell where any run diverged is marked with a red cross,
+  one where a run was pruned with a hollow orange triangle, and each
   size's fitted optimum (the quadratic refinement, at its fitted value) with a
   star and a horizontal bar for its bootstrap interval (none for a size where
   no lr trains: it has no optimum); a hollow star marks a censored optimum. All panels share one x and one y range; with a
@@ -50,6 +51,8 @@ __all__ = [
 
 # ---------------------------------------------------------------- transfer
 
+PRUNED_MARKER = "v"  # marks a cell where a run was pruned (a hollow orange triangle); diverged is a red x
+
 
 def transfer_figure(a: Analysis):
     """The Figure of `transfer_plot`, or None without cells."""
@@ -93,7 +96,11 @@ def transfer_figure(a: Analysis):
                         label=_plain(_size_name(a, size_name[s])), alpha=0.85)
             div = grp["n_diverged"].to_numpy() > 0
             if div.any():
-                ax.scatter(x[div], y[div], marker="x", s=40, color="red", zorder=5)
+                ax.scatter(x[div], y[div], marker="x", s=40, color="red", zorder=5, gid="diverged")
+            pru = grp["n_pruned"].to_numpy() > 0  # a run stopped by the pruner: not diverged, its value where it stopped
+            if pru.any():
+                ax.scatter(x[pru], y[pru], marker=PRUNED_MARKER, s=46, facecolor="none", edgecolor="darkorange",
+                           linewidth=1.3, zorder=5, gid="pruned")
             if s in opt.index and bool(opt.loc[s, "trains"]) and np.isfinite(opt.loc[s, "x_star"]):
                 xo, yo = float(opt.loc[s, "x_star"]) + dodge[s], float(opt.loc[s, "m_star"])
                 lo, hi = float(opt.loc[s, "x_lo"]), float(opt.loc[s, "x_hi"])
@@ -118,7 +125,9 @@ def transfer_figure(a: Analysis):
         ax.grid(alpha=0.3)
     _size_legend(fig, axes, a)
     head = (f"{st.metric} vs log2(lr).  *: fitted optimum of each size (hollow: censored at the grid's end), "
-            f"thick bar: its 90% interval;  x: a run diverged;  error bars: std over seeds")
+            f"thick bar: its 90% interval;  x: a run diverged;  "
+            + ("hollow triangle: a run pruned (counted where it stopped);  " if (cells["n_pruned"] > 0).any() else "")
+            + "error bars: std over seeds")
     _suptitle(fig, a, head, reserve=2.2 if st.transfer_key else 0.0)
     return fig
 

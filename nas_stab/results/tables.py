@@ -10,7 +10,7 @@ import pandas as pd
 from nas_stab.results.analysis import Analysis
 from nas_stab.results.values import fmt_value
 
-__all__ = ["DEFINITIONS", "Provenance", "best_lrs", "cells_table", "display_table", "num", "settings_items", "summary",
+__all__ = ["DEFINITIONS", "END_MARKS", "Provenance", "best_lrs", "bracketed", "cells_table", "display_table", "num", "settings_items", "summary",
            "title"]
 
 DEFINITIONS = "docs/leaderboard.md"
@@ -44,7 +44,8 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
     better = "above" if st.direction == "maximize" else "below"
     items = [
         ("metric", f"{st.metric} ({st.direction}); no-learning value m0 = {num(st.m0)} ({st.m0_source}): diverged, "
-                   f"pruned, failed and non-finite runs count as m0 and worse values are clamped to it; a cell trains "
+                   f"failed and non-finite runs count as m0, a pruned run with its value where it was stopped (m0 "
+                   f"without one), and worse values are clamped to m0; a cell trains "
                    f"when its seed-mean is {better} m0 by more than {num(st.margin)}"),
         ("learning rate", st.lr_key),
         ("size axis", st.transfer_key or "none (one size)"),
@@ -90,11 +91,29 @@ def _no_best(r: Mapping[str, Any]) -> dict[str, str]:
     return {fmt_value(s): why for s, why in (r.get("no_best_lr") or ())}
 
 
+# the mark a bracket sweep's end puts after a size's best lr in `best_lr(s)` (none when bracketed, or
+# when the size has no optimum: "no lr trains" / "diverged" already say it)
+END_MARKS = {"limit": "limit", "divergence wall": "wall", "unfinished": "unfinished"}
+
+
+def _end_mark(end: str) -> str:
+    marks = [END_MARKS[e] for e in str(end or "").split(" / ") if e in END_MARKS]
+    return f" ({'/'.join(marks)})" if marks else ""
+
+
+def bracketed(a: Analysis) -> bool:
+    """Whether any size of the table was searched by ``search.sampler: bracket`` (its sweeps' ends are known)."""
+    return "bracket_end" in a.sizes.columns and bool((a.sizes["bracket_end"].astype(str) != "").any())
+
+
 def best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> str:
     """best_lr(s) per size, with ``<=`` / ``>=`` when censored at the grid's end (``=`` when only one lr
-    was tried); a size where no lr trains shows "diverged" or "no lr trains", never a learning rate."""
+    was tried); a size where no lr trains shows "diverged" or "no lr trains", never a learning rate.
+    After a run searched with ``search.sampler: bracket``, why its sweep stopped where it did:
+    ``16:>=0.05 (limit)``, ``4:0.1 (wall)`` (a divergence wall), ``(unfinished)``."""
     no_best = _no_best(r)
     cens = {fmt_value(s): c for s, c in (r.get("censored") or ())}
+    ends = {fmt_value(s): e for s, e in (r.get("bracket_ends") or ())}
     parts = []
     for s, lr in r["best_lrs"]:
         key = fmt_value(s)
@@ -105,7 +124,7 @@ def best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> 
         if missing:
             text = no_best.get(key, "n/a")
         else:
-            text = cens.get(key, "").replace("=", "=", 1) + (lr_fmt(lr) if lr_fmt is not None else num(lr, 3))
+            text = cens.get(key, "") + (lr_fmt(lr) if lr_fmt is not None else num(lr, 3)) + _end_mark(ends.get(key, ""))
         parts.append(f"{key}:{text}" if sized else text)
     return sep.join(parts)
 
@@ -136,7 +155,7 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
     headers = ["rank"] + (list(st.compare) or ["row"]) + [
         "transfers", "why", "transfer_regret", "regret CI", "worst_regret", "spread", "lr_drift", "lr_drift CI",
         "lr_slope", "lr_slope CI", "best_lr(s)", "lr_sensitivity", "stable_octaves", f"best {st.metric}", "best at",
-        "seeds", "diverged",
+        "seeds", "diverged", "pruned",
     ]
     text: list[list[str]] = []
     keys: list[list[float | None]] = []
@@ -154,13 +173,14 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
                 num(r["spread"], 3), _oct(r["lr_drift"]), _ci(r["lr_drift_lo"], r["lr_drift_hi"]), _oct(r["lr_slope"]),
                 _ci(r["lr_slope_lo"], r["lr_slope_hi"]), best_lrs(r, sized), num(r["lr_sensitivity"], 3),
                 _oct(r["stable_octaves"]), best, at, str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
+                f"{100 * r['pruned']:.0f}%",
             ]
         )
         keys.append(
             [float(r["rank"])] + [None] * len(labels) + [
                 None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["spread"], r["lr_drift"],
                 r["lr_drift_lo"], r["lr_slope"], r["lr_slope_lo"], None, r["lr_sensitivity"], r["stable_octaves"],
-                r["best"], None, float(r["seeds"]), r["diverged"],
+                r["best"], None, float(r["seeds"]), r["diverged"], r["pruned"],
             ]
         )
     return headers, text, keys

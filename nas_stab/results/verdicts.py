@@ -22,6 +22,7 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
     bounds = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="left")
     ends = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="right")
     cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr")}
+    cols["end"] = sz["bracket_end"].to_numpy() if "bracket_end" in sz.columns else np.full(len(sz), "", dtype=object)
     names = np.array([fmt_value(v[1]) for v in size_vals], dtype=object)
     for i, r in enumerate(rows[["lr_drift_lo", "lr_drift_hi", "seeds", "sizes", "grid_max_step"]].to_dict("records")):
         g = {c: v[bounds[i]:ends[i]] for c, v in cols.items()}
@@ -47,12 +48,15 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
             inc.append("1 size")
         if r["seeds"] < 3:
             inc.append(f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}")
-        cens = [(n, c, lr) for n, c, lr in zip(name, g["censored"], g["grid_lr"]) if c]
+        # a censored optimum is never "yes", whatever stopped the search there (a bracket sweep's end, e.g.
+        # "limit", is named beside it)
+        cens = [(n, c, lr, f", {e}" if e else "") for n, c, lr, e in zip(name, g["censored"], g["grid_lr"], g["end"]) if c]
         if cens and sized:
-            inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g})" if c != "=" else f"{n} (one lr)" for n, c, lr in cens))
+            inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g}{e})" if c != "=" else f"{n} (one lr{e})"
+                                                  for n, c, lr, e in cens))
         elif cens:
-            c, lr = cens[0][1], cens[0][2]
-            inc.append("one lr" if c == "=" else f"censored ({c}{lr:.3g})")
+            c, lr, e = cens[0][1], cens[0][2], cens[0][3]
+            inc.append(f"one lr{e}" if c == "=" else f"censored ({c}{lr:.3g}{e})")
         if sized and r["grid_max_step"] > 1 + EPS:
             inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
         if sized and r["sizes"] >= 2:
