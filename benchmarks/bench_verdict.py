@@ -32,12 +32,14 @@ take about 20 minutes of one CPU here), all by ``--set``:
   evaluated every 20 steps.
 - stam-branches (spaces/published/stam-branches.yaml, branches): sum vs stam
   (avg dropped), 3 seeds (the published run has 2, too few for a verdict), 4000
-  training images, 150 steps, no Hessian probe, lr 0.0005-0.128 (8 octaves, 17
-  points); evaluated every 30 steps.
+  training images, 150 steps, no Hessian probe, lr 0.001-0.256 (8 octaves, 17
+  points; at 0.0005-0.128 stam's C = 1 optimum sat at the top); evaluated every
+  30 steps.
 - tau-depth (spaces/published/tau-depth.yaml, depth): tau 1/L vs 1/sqrt(L) at
   depth 3, 10, 30 (L^-1/4 and depth 100 dropped), 3 seeds, 4000 training
-  images, 100 steps, lr 0.001-0.256 (8 octaves, 17 points); evaluated every 20
-  steps.
+  images, 100 steps (no momentum: the optima sit far above the published grid's
+  0.001-0.064; at 0.001-0.256 every size but one was still improving at the top),
+  lr 0.032-2.048 (6 octaves, 13 points); evaluated every 20 steps.
 
     python benchmarks/bench_verdict.py [--spaces quickstart,stam-branches,tau-depth] [--out DIR]
         [--variants grid,bracket,bracket+sweep] [--boot 1000]
@@ -92,13 +94,13 @@ SPACES = {
         "stam-branches", "spaces/published/stam-branches.yaml",
         ("seeds=3", "space.model.aggregation=[sum, stam]", "task.dataset.train=4000", "train.steps=150",
          "train.eval_every=30", "stability.hessian=false"),
-        0.0005, 8, (0.004, 0.008),
+        0.001, 8, (0.008, 0.016),
     ),
     "tau-depth": Space(
         "tau-depth", "spaces/published/tau-depth.yaml",
         ("seeds=3", "space.model.depth=[3, 10, 30]", "space.model.tau=[1/L, 1/sqrt(L)]", "task.dataset.train=4000",
          "train.steps=100", "train.eval_every=20"),
-        0.001, 8, (0.008, 0.016),
+        0.032, 6, (0.128, 0.256),
     ),
 }
 VARIANTS = ("grid", "bracket", "bracket+sweep")
