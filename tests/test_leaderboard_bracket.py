@@ -47,6 +47,12 @@ def bracket_run(tmp_path: Path) -> Path:
             records.append(r)
     ends = {(e.params["model.aggregation"], e.params["model.branches"]): e.end for e in src.report(records)}
     assert ends == {("stam", 1): "limit", ("stam", 4): "limit", ("sum", 1): "bracketed", ("sum", 4): "divergence wall"}
+    # as a real run directory has them: trials.csv keeps learning rates to 6 digits (0.0141421 for
+    # 0.0141421356237), and a key computed from the stored spec need not be the search's (1.0 read back
+    # as 1 changes the hash): the table matches runs to sweeps by their values
+    for n, r in enumerate(records):
+        r["train.lr"] = float(f"{r['train.lr']:.6g}")
+        r["key"] = f"{n:016x}"
     return make_run(tmp_path, records, spec=sp, history=False)
 
 

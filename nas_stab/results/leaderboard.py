@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -35,7 +36,7 @@ from nas_stab.errors import RunError, SpecError
 from nas_stab.results.rundir import atomic_write
 from nas_stab.results import formats as _formats
 from nas_stab.results.analysis import Analysis, analyze
-from nas_stab.results.values import fill_base
+from nas_stab.results.values import fill_base, fmt_value
 from nas_stab.results.reader import Run, read_run
 
 __all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]
@@ -247,18 +248,54 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
     before the sweep ended). The ends are replayed from the records, as the search decided them
     (`BracketSource.report`). Other runs: `trials` unchanged."""
     spec = run.spec
-    if spec.search.sampler != "bracket" or spec.leaderboard.lr != lr_key or "key" not in trials.columns:
+    if spec.search.sampler != "bracket" or spec.leaderboard.lr != lr_key:
         return trials
     from nas_stab.search.bracket import BracketSource  # lazy: search imports results
 
     src = BracketSource(spec)
+    # The records' keys as this spec computes them. A key hashes the resolved configuration, and neither
+    # the stored spec (1.0 read back as 1) nor trials.csv (learning rates to 6 digits) reproduce the
+    # search's exactly; so each record is matched to its sweep by its values, to the sweep's learning
+    # rates (start, then each round the replay reaches) within 1e-4 octave, and to its seed.
+    keysets: dict[tuple, dict[tuple, int]] = {}
+    for i, (rest, _) in enumerate(src.sweeps):
+        keysets.setdefault(tuple(sorted(rest)), {})[tuple(fmt_value(rest[k]) for k in sorted(rest))] = i
+    records = trials.to_dict("records")
+    where: list[tuple[int, float] | None] = []  # per record: (sweep, log2 lr)
+    for r in records:
+        lr = pd.to_numeric(r.get(lr_key), errors="coerce")
+        hit = None
+        if lr == lr and lr > 0:
+            for names, sweeps in keysets.items():
+                i = sweeps.get(tuple(fmt_value(r.get(k)) for k in names))
+                if i is not None:
+                    hit = (i, math.log2(float(lr)))
+                    break
+        where.append(hit)
+    known: dict[int, set[float]] = {i: set(lrs) for i, (_, lrs) in enumerate(src.sweeps)}
+    keys: list[str | None] = [None] * len(records)
+    for _ in range(10_000):  # one pass per round of the longest sweep
+        for n, (r, w) in enumerate(zip(records, where)):
+            if w is None or keys[n] is not None:
+                continue
+            exact = next((x for x in known[w[0]] if abs(math.log2(x) - w[1]) < 1e-4), None)
+            if exact is not None:
+                keys[n] = next((j.key for j in src.jobs(w[0], exact, 0) if str(j.seed) == str(r.get("seed"))), None)
+            r["key"] = keys[n] if keys[n] is not None else f"unmatched-{n}"
+        ends = src.report(records)
+        grew = False
+        for i, e in enumerate(ends):
+            grew |= not set(e.lrs) <= known[i]
+            known[i] |= set(e.lrs)
+        if not grew:
+            break
     by_key: dict[str, str] = {}
-    for i, end in enumerate(src.report(trials.to_dict("records"))):
+    for i, end in enumerate(ends):
         for k, lr in enumerate(end.lrs):
             for job in src.jobs(i, lr, k):
                 by_key[job.key] = BRACKET_END_TEXT.get(end.end, end.end)
     out = trials.copy()
-    out["bracket_end"] = [by_key.get(str(k), "") for k in trials["key"]]
+    out["bracket_end"] = [by_key.get(k, "") if k is not None else "" for k in keys]
     return out
 
 
