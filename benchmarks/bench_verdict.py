@@ -159,8 +159,8 @@ def measure(variant: str, run_dir: Path, wall: float, boot: int) -> Result:
             for r in a.rows.to_dict("records")}
     sizes = {}
     for s in a.sizes.to_dict("records"):
-        sizes[(s["label"], s["size"])] = {"x": s["x_star"], "censored": s["censored"], "trains": bool(s["trains"]),
-                                          "end": s.get("bracket_end", "") or ""}
+        sizes[(s["label"], s["size"])] = {"x": s["x_star"], "lo": s["x_lo"], "hi": s["x_hi"], "censored": s["censored"],
+                                          "trains": bool(s["trains"]), "end": s.get("bracket_end", "") or ""}
     return Result(variant, run_dir, wall, len(t), steps, status, rows, sizes)
 
 
@@ -189,7 +189,9 @@ def compare(g: Result, b: Result) -> dict:
         d = abs(float(gs["x"]) - float(bs["x"]))
         optima.append(d)
         if d > OCT_TOL + 1e-9:
-            far.append((key, f"{d:.2f} oct"))
+            inside = _fin(gs["lo"]) and gs["lo"] - 1e-9 <= float(bs["x"]) <= gs["hi"] + 1e-9
+            far.append((key, f"{d:.2f} oct ({'inside' if inside else 'outside'} the grid's 90% interval "
+                             f"{float(gs['lo']):+.2f}..{float(gs['hi']):+.2f})"))
         if bs["censored"] and not gs["censored"]:
             cens_only.append((key, bs["censored"], bs["end"]))
     overlap = []
@@ -239,6 +241,11 @@ def report(sp: Space, results: dict[str, Result]) -> list[str]:
             lines.append("    verdicts: " + "; ".join(f"{lab}: grid {x} / {v} {y}" for lab, x, y in c["verdicts"] if x != y))
         if c["far"]:
             lines.append("    optima apart: " + "; ".join(f"{_lab(k)} {why}" for k, why in c["far"]))
+        ends: dict[str, int] = {}
+        for sz in r.sizes.values():
+            ends[sz["end"] or "?"] = ends.get(sz["end"] or "?", 0) + 1
+        lines.append(f"    sweeps ended: {', '.join(f'{n} {e}' for e, n in sorted(ends.items()))}; runs by status: "
+                     f"{', '.join(f'{n} {st}' for st, n in sorted(r.status.items()))}")
         lines.append(f"    targets (same verdicts, optima within 0.5 oct, <= 40% steps, none censored by bracket only): "
                      f"{'met' if met else 'NOT met'}")
     lines.append("  per size: x*(s) = log2 fitted optimum (censoring; bracket's end)")
