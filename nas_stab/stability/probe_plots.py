@@ -92,7 +92,9 @@ def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, 
 
 
 def _label(r: dict, keys: list[str]) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={fmt(r.get(k))}" for k in keys) if keys else "all"
+    """'aggregation=sum, init=kaiming'; a key inactive in this row (a `when:` dimension) is left out."""
+    shown = [f"{k.split('.')[-1]}={fmt(r.get(k))}" for k in keys if r.get(k) not in (None, "")]
+    return ", ".join(shown) or "all"
 
 
 def _sort_key(v: Any):
