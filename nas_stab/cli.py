@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("probe", help="stability metrics at init (and after K steps) for every configuration, as a table and plots")
     pr.add_argument("spec")
     pr.add_argument("--steps", type=int, default=0, help="train K steps on the fixed probe batch before measuring again")
+    pr.add_argument("--seeds", type=int, metavar="N", help="probe the first N seeds of the experiment file's seeds (default: all)")
     pr.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>/probe.* and plots/")
     pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     pr.set_defaults(func=cmd_probe)
@@ -224,7 +226,8 @@ def cmd_probe(args) -> int:
     from nas_stab.stability.probe_cmd import run_probe
 
     spec = _load(args)
-    return run_probe(spec, steps=args.steps, out_root=Path(args.out)) or 0
+    command = "nas-stab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["probe"] else None
+    return run_probe(spec, steps=args.steps, out_root=Path(args.out), seeds=args.seeds, command=command) or 0
 
 
 def cmd_leaderboard(args) -> int:

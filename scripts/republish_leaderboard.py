@@ -127,5 +127,5 @@ def republish(d: Path) -> None:
 
 
 if __name__ == "__main__":
-    for arg in sys.argv[1:] or sorted(str(p) for p in (ROOT / "leaderboards").iterdir() if p.is_dir()):
+    for arg in sys.argv[1:] or sorted(str(p) for p in (ROOT / "leaderboards").iterdir() if p.is_dir() and p.name != "archive"):
         republish(Path(arg).resolve())

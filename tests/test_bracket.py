@@ -242,3 +242,19 @@ def test_jobs_become_optuna_trials_with_their_values():
             assert src.suggest(t, base_lookup(src.spec)) == j.params
             study.tell(t, 0.5)
     assert {t.params["train.lr"] for t in study.trials} == set(lrs_of(records))
+
+
+def test_a_rounded_log_grid_start_is_never_trained_twice():
+    """`log_grid` rounds its values to 6 significant digits (0.0452548 for 2^-4.4658...), 7e-7 octaves
+    from the exact half-octave point the resolution step computes: that is the same learning rate, and
+    it must not be trained again (a half-octave grid whose optimum lies at its top edge did so)."""
+    text = SPEC.format(seeds=2, depths=[2], start="{log_grid: [0.002, 0.064, 11]}", limits=[1e-4, 2.0])
+    text = text.replace("step_octaves: 1", "step_octaves: 0.5")
+    src = BracketSource(loads_spec(text))
+    records, started = drive(src, objective(0.07))
+    lrs = lrs_of(records)
+    gaps = [math.log2(b / a) for a, b in zip(lrs, lrs[1:])]
+    assert min(gaps) > 0.4, [f"{x:.9g}" for x in lrs]  # no two points closer than the grid's spacing
+    assert len(started) == 2 * len(lrs)
+    (end,) = src.report(records)
+    assert end.end == "bracketed" and octaves(end.best_lr, 0.07) < 0.3

@@ -38,18 +38,20 @@ def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
     for n, text in kept.items():
         assert (run_dir / n).read_text() == text  # a run's files are never touched
     rows = read(run_dir / "probe.csv")
-    assert len(rows) == 12 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 24 and all(r["status"] == "ok" for r in rows)  # 12 configurations x seeds 3 and 4
+    assert sorted({r["seed"] for r in rows}) == ["3", "4"]
     cols = rows[0].keys()
     for c in ("model.branches", "model.aggregation", "train.lr", "init_fwd_ratio", "init_grad_ratio", "init_update_ratio",
               "init_sharpness", "init_lr_sharpness", "final_fwd_ratio", "final_update_ratio", "final_sharpness",
               "init_fwd_norm.0", "init_fwd_norm.1", "init_branch_ratio", "init_grad_norm", "init_branch_grad_norm",
-              "init_update_norm", "init_loss_drop", "init_eos_ratio", "final_eos_ratio", "final_loss_drop"):
+              "init_update_norm", "init_loss_drop", "init_eos_ratio", "final_eos_ratio", "final_loss_drop",
+              "init_grad_stream.0", "init_grad_stream.1"):
         assert c in cols, c
     for r in rows:  # no nan or inf: every metric is defined here
         for c in cols:
             assert r[c] not in ("nan", "inf", "-inf"), (c, r[c])
     # the learning rate does not change the network at init, only the update
-    by = {(r["model.branches"], r["model.aggregation"], r["train.lr"]): r for r in rows}
+    by = {(r["model.branches"], r["model.aggregation"], r["train.lr"]): r for r in rows if r["seed"] == "3"}
     a, b = by[("4", "sum", "0.01")], by[("4", "sum", "0.1")]
     assert a["init_fwd_ratio"] == b["init_fwd_ratio"] and a["init_sharpness"] == b["init_sharpness"]
     assert float(b["init_update_ratio"]) > float(a["init_update_ratio"])
@@ -57,13 +59,17 @@ def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
     assert float(by[("4", "sum", "0.01")]["init_branch_grad_norm"]) > float(by[("4", "stam", "0.01")]["init_branch_grad_norm"])
     assert float(b["init_eos_ratio"]) == pytest.approx(10 * float(a["init_eos_ratio"]), rel=1e-6)
     md = (run_dir / "probe.md").read_text()
-    assert "| # | model.branches | model.aggregation | train.lr | status |" in md and "seed 3" in md
+    assert "| # | model.branches | model.aggregation | train.lr | status | seeds |" in md and "seeds 3, 4" in md
+    assert "## Slopes against model.branches" in md
     assert md in capsys.readouterr().out  # printed too
     plots = sorted(p.name for p in (run_dir / "plots").iterdir())
     assert plots == ["probe_final_metrics.png", "probe_fwd_norm.png", "probe_init_metrics.png"]
     for p in (run_dir / "plots").iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(x.name for x in run_dir.iterdir()) == sorted(["plots", "probe.csv", "probe.md", *kept])
+    assert sorted(x.name for x in run_dir.iterdir()) == sorted(
+        ["plots", "probe.csv", "probe.md", "probe_slopes.csv", "probe_provenance.txt", *kept])
+    prov = (run_dir / "probe_provenance.txt").read_text()
+    assert "seeds: 3, 4" in prov and "commit " in prov and "hash " in prov
 
 
 def test_continuous_dimensions_are_probed_at_a_few_points():
@@ -91,6 +97,13 @@ def test_cli_probe_exit_codes(tmp_path, capsys):
     assert "init_sharpness" not in out
     assert main(["probe", str(spec), "--steps", "-2", "--out", str(tmp_path / "out")]) == 2
     assert "--steps" in capsys.readouterr().err
+    assert main(["probe", str(spec), "--seeds", "3", "--out", str(tmp_path / "out")]) == 2  # the file has 2 seeds
+    assert "--seeds" in capsys.readouterr().err
+    assert main(["probe", str(spec), "--seeds", "1", "--out", str(tmp_path / "one"), "--set", "stability.hessian=false"]) == 0
+    one = read(tmp_path / "one" / "probe-tiny" / "probe.csv")
+    assert {r["seed"] for r in one} == {"3"} and len(one) == 4
+    prov = (tmp_path / "one" / "probe-tiny" / "probe_provenance.txt").read_text()
+    assert "seeds: 3\n" in prov and "command: nas-stab probe" not in prov  # main() called directly: no argv
     bad = tmp_path / "bad.yaml"
     bad.write_text(PROBE.replace("width: 16", "widht: 16"))
     assert main(["probe", str(bad), "--out", str(tmp_path / "out")]) == 2

@@ -1,17 +1,22 @@
-"""`nas-stab probe SPEC [--steps K]`: the stability metrics of every configuration, without training.
+"""`nas-stab probe SPEC [--steps K] [--seeds N]`: the stability metrics of every configuration, without training.
 
 For every configuration of the space (the grid points; a continuous dimension
 is probed at 3 points: its low end, middle -- geometric for a log scale -- and
-high end; an integer range of more than 9 values at 5 spread points), with the
-first seed only: build the model at init, take one stability snapshot (docs/metrics.md:
+high end; an integer range of more than 9 values at 5 spread points) and every
+seed of `seeds:` (`--seeds N`: the first N): build the model at init, take one stability snapshot (docs/metrics.md:
 forward norms, gradient norms, update ratio, sharpness when
 `stability.hessian` is on), and with `--steps K` train K optimizer steps on the
 fixed probe batch (muP's coordinate check) and take a second snapshot.
 
-Writes into ``<out>/<name>/`` only ``probe.csv`` (every metric, per-block
-forward norms included), ``probe.md`` (the table, also printed) and
-``plots/probe_*.png`` -- never the files of a `run` (trials.csv, study.db,
-spec.yaml), so it can share a run's directory:
+Writes into ``<out>/<name>/`` only ``probe.csv`` (one row per configuration and
+seed: every metric, per-block forward norms and hidden-stream gradient norms
+included), ``probe_slopes.csv`` (with two or more sizes: each metric's log-log
+slope against the size axis, with a 90% seed-bootstrap interval;
+`probe_seeds.py`), ``probe.md`` (the table of per-configuration medians over
+seeds, the slopes; also printed), ``probe_provenance.txt`` (spec hash, seeds,
+commit, versions, hardware, time, command) and ``plots/probe_*.png`` -- never
+the files of a `run` (trials.csv, study.db, spec.yaml), so it can share a
+run's directory:
 
 - ``probe_fwd_norm.png``: forward RMS norm per block at init (block 0 is the
   first block's input), one line per size (the `leaderboard.transfer` key's
@@ -20,7 +25,8 @@ spec.yaml), so it can share a run's directory:
   the coordinate check of every stability metric: one panel per metric, the
   size axis on x, one line per row (a `leaderboard.compare` label, and the
   value of any other searched key, a learning rate say), log-scaled y where
-  the values are positive. Flat lines: the metric does not change with size.
+  the values are positive; the line is the median over seeds, the band their
+  range. Flat lines: the metric does not change with size.
 
 Columns: ``init_<m>`` at init and, with --steps K, ``final_<m>`` after the K
 steps, for every stability metric m of docs/metrics.md and probe_loss;
@@ -35,13 +41,15 @@ import dataclasses
 import math
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from nas_stab.errors import NasStabError, SpecError
 from nas_stab.stability.probe_measure import TaskCache, probe_one
 from nas_stab.stability.probe_plots import write_plots
-from nas_stab.stability.probe_table import fmt, probe_markdown, write_csv
+from nas_stab.stability.probe_seeds import aggregate, slopes
+from nas_stab.stability.probe_table import axes, fmt, probe_markdown, provenance_text, write_csv, write_slopes
 
 INT_MAX_VALUES = 9  # an integer range of more values is probed at 5 spread points
 
@@ -94,8 +102,10 @@ def _spread(d) -> list:
 # ---------------------------------------------------------------- the command
 
 
-def run_probe(spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stream=None) -> int:
-    """Probe every configuration of `spec`'s space; write probe.csv, probe.md and plots/probe_*.png."""
+def run_probe(spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stream=None,
+              seeds: int | None = None, command: str | None = None) -> int:
+    """Probe every configuration of `spec`'s space at each seed; write probe.csv, probe_slopes.csv,
+    probe.md, probe_provenance.txt and plots/probe_*.png. `seeds`: the first N seeds of `seeds:` (default all)."""
     import torch
 
     stream = stream or sys.stdout
@@ -103,49 +113,63 @@ def run_probe(spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stre
         steps = 0
     if not isinstance(steps, int) or steps < 0:
         raise SpecError(f"must be an integer >= 0, got {steps!r}", key="--steps")
+    all_seeds = list(spec.seeds) if spec.seeds else [0]
+    if seeds is not None and (not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= len(all_seeds)):
+        raise SpecError(f"must be an integer from 1 to {len(all_seeds)} (the seeds of the experiment file), got {seeds!r}",
+                        key="--seeds")
+    use_seeds = all_seeds[:seeds] if seeds else all_seeds
     from nas_stab.config import resolve
 
     points, notes = probe_points(spec)
-    seed = spec.seeds[0] if spec.seeds else 0
     out = Path(out_root).expanduser() / spec.name
     out.mkdir(parents=True, exist_ok=True)
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
-    print(f"probing {len(points)} configuration(s), seed {seed}, "
+    print(f"probing {len(points)} configuration(s) x {len(use_seeds)} seed(s), "
           f"{'at init' if not steps else f'at init and after {steps} step(s) on the probe batch'} -> {out}",
           file=sys.stderr, flush=True)
 
     tasks = TaskCache()
     rows = []
     t_all = time.perf_counter()
-    for i, params in enumerate(points):
-        t0 = time.perf_counter()
-        row: dict[str, Any] = {"config": i, **params}
-        try:
-            resolved = resolve(spec, params)
-        except SpecError as e:
-            row.update(status="invalid", error=getattr(e, "message", str(e)))
-        else:
+    started = datetime.now(timezone.utc)
+    n = len(points) * len(use_seeds)
+    for seed in use_seeds:  # seed-major: the data (and its probe batch) is loaded once per seed
+        for i, params in enumerate(points):
+            t0 = time.perf_counter()
+            row: dict[str, Any] = {"config": i, "seed": seed, **params}
             try:
-                row.update(probe_one(resolved, seed, steps, tasks))
-            except (KeyboardInterrupt, NasStabError):
-                raise  # a missing dataset file is bad input for every configuration: exit 2
-            except Exception as e:  # one configuration's bug must not stop the others
-                row.update(status="failed", error=f"{type(e).__name__}: {e}")
-        row["seconds"] = round(time.perf_counter() - t0, 3)
-        rows.append(row)
-        shown = ", ".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in params.items()) or "base configuration"
-        status = row["status"] if row["status"] != "ok" else f"fwd_ratio {fmt(row.get('init_fwd_ratio'))}"
-        print(f"[{i + 1}/{len(points)}] {shown}: {status} ({row['seconds']:.1f}s)", file=sys.stderr, flush=True)
+                resolved = resolve(spec, params)
+            except SpecError as e:
+                row.update(status="invalid", error=getattr(e, "message", str(e)))
+            else:
+                try:
+                    row.update(probe_one(resolved, seed, steps, tasks))
+                except (KeyboardInterrupt, NasStabError):
+                    raise  # a missing dataset file is bad input for every configuration: exit 2
+                except Exception as e:  # one configuration's bug must not stop the others
+                    row.update(status="failed", error=f"{type(e).__name__}: {e}")
+            row["seconds"] = round(time.perf_counter() - t0, 3)
+            rows.append(row)
+            shown = ", ".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in params.items()) or "base configuration"
+            status = row["status"] if row["status"] != "ok" else f"fwd_ratio {fmt(row.get('init_fwd_ratio'))}"
+            print(f"[{len(rows)}/{n}] {shown} seed {seed}: {status} ({row['seconds']:.1f}s)", file=sys.stderr, flush=True)
 
     keys = list(spec.space.keys)
+    size_key, line_keys = axes(spec)
+    summary = aggregate(rows)
+    slope_rows = slopes(rows, size_key, line_keys)
     write_csv(out / "probe.csv", rows, keys)
-    md = probe_markdown(spec, rows, keys, steps, seed, notes, time.perf_counter() - t_all)
+    write_slopes(out / "probe_slopes.csv", slope_rows, line_keys)
+    seconds = time.perf_counter() - t_all
+    md = probe_markdown(spec, summary, keys, steps, use_seeds, notes, seconds, slope_rows=slope_rows,
+                        size_key=size_key, line_keys=line_keys)
     (out / "probe.md").write_text(md)
+    (out / "probe_provenance.txt").write_text(provenance_text(spec, use_seeds, steps, started, seconds, len(rows), command))
     print(md, file=stream)
-    written = write_plots(spec, rows, out / "plots", steps)
+    written = write_plots(spec, summary, out / "plots", steps)
     for p in written:
         print(f"wrote {p}", file=sys.stderr)
     return 1 if any(r["status"] == "failed" for r in rows) else 0

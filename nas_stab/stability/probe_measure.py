@@ -61,7 +61,7 @@ def probe_one(spec, seed: int, steps: int, tasks: TaskCache | None = None) -> di
             if k in s:
                 row[prefix + k] = s[k]
         for k, v in s.items():
-            if k.startswith("fwd_norm."):
+            if k.startswith(("fwd_norm.", "grad_stream.")):
                 row[prefix + k] = v
         if prober.nonfinite and row["status"] == "ok":
             what, value = prober.nonfinite

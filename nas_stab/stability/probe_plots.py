@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from nas_stab.metrics import STABILITY_METRICS
-from nas_stab.stability.probe_table import fmt
+from nas_stab.stability.probe_table import axes, fmt
 
 
 def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Path]:
-    """The muP-style figures; returns the files written."""
+    """The muP-style figures from one row per configuration (medians over seeds, with `<col>_lo`/`_hi`
+    ranges when several seeds were probed); returns the files written."""
     ok = [r for r in rows if r["status"] in ("ok", "nonfinite")]
     if not ok:
         return []
@@ -18,12 +19,9 @@ def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Pat
 
     matplotlib.use("Agg", force=True)
     plots_dir.mkdir(parents=True, exist_ok=True)
-    lb = spec.leaderboard
-    keys = list(spec.space.keys)
-    size_key = lb.transfer if lb.transfer in keys else next(
-        (k for k in keys if all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in ok)), None)
-    compare = [k for k in lb.compare if k in keys]
-    others = [k for k in keys if k != size_key and k not in compare]
+    size_key, line_keys = axes(spec)
+    compare = [k for k in spec.leaderboard.compare if k in line_keys]
+    others = [k for k in line_keys if k not in compare]
     written = []
     p = _fwd_norm_plot(ok, size_key, compare, others, plots_dir / "probe_fwd_norm.png")
     if p:
@@ -66,6 +64,12 @@ def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, 
             xs = [p[0] if numeric else cats.index(p[0]) for p in pts]
             ys = [p[1] if math.isfinite(p[1]) else math.nan for p in pts]
             ax.plot(xs, ys, marker="o", ms=3, lw=1.4, color=colors[lab], label=_label(dict(zip(line_keys, lab)), line_keys))
+            band = sorted(((r.get(size_key), r[key + "_lo"], r[key + "_hi"]) for r in rows
+                           if tuple(r.get(k) for k in line_keys) == lab and isinstance(r.get(key + "_lo"), (int, float))
+                           and math.isfinite(r[key + "_lo"]) and math.isfinite(r[key + "_hi"])), key=lambda p: _sort_key(p[0]))
+            if band:  # the range over seeds
+                ax.fill_between([b[0] if numeric else cats.index(b[0]) for b in band], [b[1] for b in band],
+                                [b[2] for b in band], color=colors[lab], alpha=0.18, lw=0)
         if finite and all(v > 0 for v in finite):
             _log_y(ax, finite)
         if m == "eos_ratio":
@@ -88,7 +92,9 @@ def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, 
 
 
 def _label(r: dict, keys: list[str]) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={fmt(r.get(k))}" for k in keys) if keys else "all"
+    """'aggregation=sum, init=kaiming'; a key inactive in this row (a `when:` dimension) is left out."""
+    shown = [f"{k.split('.')[-1]}={fmt(r.get(k))}" for k in keys if r.get(k) not in (None, "")]
+    return ", ".join(shown) or "all"
 
 
 def _sort_key(v: Any):

@@ -1,4 +1,5 @@
-"""`nas-stab probe`'s tables: probe.csv (every metric) and probe.md (the printed table)."""
+"""`nas-stab probe`'s tables: probe.csv (every metric, a row per configuration and seed), probe_slopes.csv,
+probe.md (the printed table: medians over seeds, and the slopes) and probe_provenance.txt."""
 from __future__ import annotations
 
 import csv
@@ -18,17 +19,74 @@ TABLE = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_ratio", "grad_no
          "loss_drop", "eos_ratio", "attn_logit_max")
 
 
+def axes(spec) -> tuple[str | None, list[str]]:
+    """The size axis (`leaderboard.transfer` when searched, else the first numeric key) and the keys that label
+    a line of the table's rows (`leaderboard.compare`, then the other searched keys)."""
+    keys = list(spec.space.keys)
+    lb = spec.leaderboard
+    size_key = lb.transfer if lb.transfer in keys else None
+    if size_key is None:
+        for d in spec.space.dims:
+            if d.kind in ("int", "uniform", "loguniform") or (
+                    d.kind == "values" and d.values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in d.values)):
+                size_key = d.key
+                break
+    compare = [k for k in lb.compare if k in keys]
+    return size_key, compare + [k for k in keys if k != size_key and k not in compare]
+
+
+def _block_cols(rows: list[dict], what: str) -> list[str]:
+    found = {k for r in rows for k in r if k.startswith((f"init_{what}.", f"final_{what}.")) and not k.endswith(("_lo", "_hi"))}
+    return sorted(found, key=lambda k: (k.split(what)[0], int(k.rsplit(".", 1)[1])))
+
+
 def columns(rows: list[dict], keys: list[str]) -> list[str]:
-    head = ["config", *keys, "status"]
+    head = ["config", *(["seed"] if any("seed" in r for r in rows) else []), *keys, "status"]
     metric_cols = []
     for prefix in ("init_", "final_"):
         for m in ("lr",) + STABILITY_METRICS + PROBE_EXTRA:
             if any(prefix + m in r for r in rows):
                 metric_cols.append(prefix + m)
     tail = ["n_params", "blocks", "seconds", "error"]
-    norms = sorted({k for r in rows for k in r if k.startswith(("init_fwd_norm.", "final_fwd_norm."))},
-                   key=lambda k: (k.split("fwd_norm.")[0], int(k.rsplit(".", 1)[1])))
-    return head + metric_cols + tail + norms
+    return head + metric_cols + tail + _block_cols(rows, "fwd_norm") + _block_cols(rows, "grad_stream")
+
+
+def write_slopes(path: Path, rows: list[dict], line_keys: list[str]) -> None:
+    """probe_slopes.csv: one row per table row and metric (empty when fewer than two sizes were probed)."""
+    cols = [*line_keys, "metric", "slope", "lo", "hi", "sizes", "seeds"]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _csv(r.get(k)) for k in cols})
+    path.write_text(buf.getvalue())
+
+
+def provenance_text(spec, seeds: list, steps: int, started, seconds: float, n_rows: int, command: str | None) -> str:
+    """probe_provenance.txt: what produced probe.csv (the commit says '+dirty' when the source had local changes)."""
+    import torch
+
+    import nas_stab
+    from nas_stab.config import spec_hash
+    from nas_stab.results.rundir import git_commit, hardware
+
+    lines = [
+        f"spec: {spec.name} (hash {spec_hash(spec)})",
+        f"description: {spec.description}" if getattr(spec, "description", None) else None,
+        f"seeds: {', '.join(map(str, seeds))}",
+        f"probe: at init" + (f" and after {steps} optimizer step(s) on the probe batch" if steps else "")
+        + f", probe batch {spec.stability.probe_batch} examples",
+        f"nas_stab: {nas_stab.__version__} (commit {git_commit()})",
+        f"torch: {torch.__version__}",
+        f"python: {platform.python_version()}",
+        f"hardware: {hardware()}",
+        f"started: {started.isoformat(timespec='seconds')}",
+        f"rows: {n_rows} (configuration x seed)",
+        f"compute: {seconds:.0f} s wall",
+        f"command: {command}" if command else None,
+        "definitions: docs/metrics.md",
+    ]
+    return "\n".join(x for x in lines if x) + "\n"
 
 
 def write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
@@ -51,18 +109,25 @@ def _csv(v: Any) -> Any:
     return escape_cell(v)  # no spreadsheet formula from a value
 
 
-def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: int, notes: list[str], seconds: float) -> str:
+def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seeds: list, notes: list[str], seconds: float,
+                   *, slope_rows: list[dict] = (), size_key: str | None = None, line_keys: list[str] = ()) -> str:
+    """`rows`: one per configuration (probe_seeds.aggregate: medians over seeds)."""
     import torch
 
     import nas_stab
+    from nas_stab.results.rundir import git_commit
 
     shown = ["init_" + m for m in TABLE] + (["final_" + m for m in TABLE] if steps else [])
     shown = [c for c in shown if any(c in r for r in rows)]
-    head = ["#", *keys, "status", *shown]
+    many = len(seeds) > 1
+    head = ["#", *keys, "status", *(["seeds"] if many else []), *shown]
     lines = [
         f"# Stability probe: {spec.name}",
         "",
-        f"{len(rows)} configuration(s), seed {seed}; metrics on the fixed probe batch "
+        f"{len(rows)} configuration(s), "
+        + (f"seeds {', '.join(map(str, seeds))} (each cell: the median over seeds; probe.csv has every seed)"
+           if many else f"seed {seeds[0]}")
+        + "; metrics on the fixed probe batch "
         f"({spec.stability.probe_batch} examples) at init"
         + (f" (`init_`) and after {steps} optimizer step(s) on it (`final_`)." if steps else " (`init_`)."),
         "`sharpness` is the top eigenvalue of the Hessian (Adam: preconditioned) of the loss on "
@@ -79,14 +144,27 @@ def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seed: in
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join("---:" if h not in ("status",) else "---" for h in head) + "|")
     for r in rows:
-        cells = [str(r["config"]), *[fmt(r.get(k)) for k in keys], r["status"], *[fmt(r.get(c)) for c in shown]]
+        cells = [str(r["config"]), *[fmt(r.get(k)) for k in keys], r["status"],
+                 *([str(r.get("seeds", 1))] if many else []), *[fmt(r.get(c)) for c in shown]]
         lines.append("| " + " | ".join(cells) + " |")
     errors = [r for r in rows if r.get("error")]
     if errors:
         lines.append("")
         for r in errors:
             lines.append(f"- config {r['config']} ({r['status']}): {r['error']}")
-    lines += ["", f"nas_stab {nas_stab.__version__}, torch {torch.__version__}, {platform.machine()}, "
+    if slope_rows:
+        lines += ["", f"## Slopes against {size_key}", "",
+                  f"Each metric's least-squares slope of log2(metric) on log2({size_key}), through the per-size means of "
+                  "log2(metric) over seeds: the exponent k of metric ~ size^k (0: the metric does not change with size). "
+                  + ("Interval: 90% paired bootstrap over seeds." if many else "One seed: no interval.")
+                  + " probe_slopes.csv has every metric.", ""]
+        sel = [r for r in slope_rows if r["metric"].split("_", 1)[1] in TABLE + ("branch_grad_norm", "update_ratio", "sharpness")]
+        lines.append("| " + " | ".join([*line_keys, "metric", "slope", "90% interval"]) + " |")
+        lines.append("|" + "|".join(["---"] * len(line_keys) + ["---", "---:", "---"]) + "|")
+        for r in sel:
+            iv = f"{r['lo']:.2f} to {r['hi']:.2f}" if r.get("lo") is not None else ""
+            lines.append("| " + " | ".join([*[fmt(r.get(k)) for k in line_keys], r["metric"], f"{r['slope']:.2f}", iv]) + " |")
+    lines += ["", f"nas_stab {nas_stab.__version__} (commit {git_commit()}), torch {torch.__version__}, {platform.machine()}, "
                   f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, {seconds:.1f}s"]
     return "\n".join(lines) + "\n"
 
