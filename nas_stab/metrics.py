@@ -59,7 +59,8 @@ def value_range(metric: str) -> tuple[float, float]:
 
 
 def worst_value(metric: str, loss_threshold: float | None = None) -> float:
-    """The value a diverged, pruned or failed run counts with in a leaderboard (docs/leaderboard.md)."""
+    """The value a diverged or failed run (or a pruned run that recorded no value) counts with in a
+    leaderboard, before clamping to the no-learning value (docs/leaderboard.md)."""
     if metric in MAXIMIZE:
         return 0.0
     return float("inf") if loss_threshold is None else float(loss_threshold)
