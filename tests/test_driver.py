@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import signal
@@ -50,20 +51,41 @@ def without_wall(rs):
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]
 
 
+def _num(v: str):
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def assert_same_records(got: list[dict], want: list[dict]) -> None:
+    """The same rows, columns, keys, statuses and texts; numbers equal to 5 significant digits (the
+    fixtures were written on a CPU whose vector kernels round differently in the 7th digit)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert list(g) == list(w)
+        for k in w:
+            a, b = _num(g[k]), _num(w[k])
+            if a is None or b is None or math.isnan(a) or math.isnan(b):
+                assert g[k] == w[k], (k, g[k], w[k])
+            else:
+                assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9), (w.get("trial"), w.get("seed"), k, g[k], w[k])
+
+
 @pytest.mark.parametrize("name", ["grid", "sampled"])
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_local_runner_gives_the_trials_csv_it_gave_before(tmp_path, name, concurrency):
     d = run_local_text(spec_text(SPECS[name], runner={"concurrency": concurrency}), tmp_path)
     got, want = rows(d), expected(name)
     assert {r["status"] for r in want} >= {"complete", "diverged"}  # the fixture covers both
-    assert without_wall(got) == without_wall(want)
+    assert_same_records(without_wall(got), without_wall(want))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["grid", "sampled"])
 def test_ray_runner_gives_the_trials_csv_the_local_runner_gave_before(ray_local, shipped, tmp_path, name):
     _, d, _ = run_ray_text(spec_text(SPECS[name], runner={"kind": "ray", "concurrency": 2}), tmp_path)
-    assert without_timing(rows(d)) == without_timing(expected(name))
+    assert_same_records(without_timing(rows(d)), without_timing(expected(name)))
 
 
 # ------------------------------------------------------------------ an adaptive job source
