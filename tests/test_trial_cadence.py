@@ -16,7 +16,7 @@ task: {{dataset: {{name: synthetic, size: 600, shape: [8], classes: 3}}}}
 model: {{arch: mlp_resnet, depth: 2, width: 8}}
 train: {{lr: 0.01, steps: {steps}, batch_size: 16{train}}}
 stability: {{hessian: false{stability}}}
-search: {{pruner: {{name: {pruner}}}}}
+search: {{pruner: {pruner}}}
 """
 
 
