@@ -185,7 +185,8 @@ def cmd_run(args) -> int:
 
     if args.trials is not None and not 1 <= args.trials <= 10_000_000:
         raise SpecError(f"must be a count from 1 to 10000000, got {args.trials}", key="--trials")
-    spec = _load(args)
+    loaded = _load(args)
+    spec = RunDir.adopt_earlier_defaults(args.out, loaded)  # a run directory made before a default changed keeps it
     if spec.runner.kind == "ray" and spec.runner.address:
         from nas_stab.search.ray_runner import check_reachable
 
@@ -198,6 +199,8 @@ def cmd_run(args) -> int:
         with RunDir.open(args.out, spec, fresh=args.fresh, data_note=data_note) as rd:
             rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
             rd.log(f"data: {data_note}")
+            if spec is not loaded:
+                rd.log("this run directory was made before defaults changed; it keeps its values (spec.yaml)")
             print(f"run directory: {rd.path}", file=sys.stderr)
             if spec.runner.kind == "ray":
                 from nas_stab.search.ray_runner import run_ray

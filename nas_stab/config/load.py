@@ -217,6 +217,33 @@ _ADDED_KEYS = (  # (section, key, when it applies)
 )
 
 
+CHANGED_DEFAULTS = (  # (section, key, the earlier default): a run directory made with it keeps it
+    ("stability", "every", 50),  # now 10 snapshots per run (null)
+)
+
+
+def with_earlier_defaults(spec: Spec) -> Spec | None:
+    """`spec` with the earlier default of each changed default (`CHANGED_DEFAULTS`) that the
+    experiment leaves unset; None when it sets them all. A rerun of an experiment whose run
+    directory was made before a default changed resumes with that directory's value
+    (`results.rundir.adopt_earlier_defaults`), its spec hash and run keys unchanged."""
+    raw = spec.raw or {}
+    data = copy.deepcopy(raw)
+    changed = False
+    for section, key, old in CHANGED_DEFAULTS:
+        sec = raw.get(section)
+        if isinstance(sec, dict) and key in sec:
+            continue
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            continue
+        data[section][key] = old
+        changed = True
+    if not changed:
+        return None
+    return from_data(data, Ctx(spec.source, {}, {}))
+
+
 def spec_hash(spec: Spec) -> str:
     """Hash of everything that decides results (not the description)."""
     plain = to_plain(spec)

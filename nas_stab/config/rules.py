@@ -41,6 +41,10 @@ def check_config(spec, ctx: Ctx) -> None:
         raise ctx.error(("train", "warmup_steps"), f"{t.warmup_steps} warmup steps exceed the {t.steps} training steps")
     st = spec.stability
     if st.hessian_every:
+        if st.every is None:
+            raise ctx.error(("stability", "hessian_every"),
+                            "sharpness estimates are taken at the stability snapshots, whose default cadence depends on the "
+                            f"run's length; set stability.every to a divisor of {st.hessian_every}")
         if not st.every:
             raise ctx.error(("stability", "hessian_every"),
                             f"sharpness estimates are taken at the stability snapshots, and stability.every is 0 (none during training); "

@@ -123,7 +123,7 @@ class TrainConfig:
     scalar_lr_mult: float = _f(0.1, "lr multiplier of scalar parameters (learnable tau, Fixup biases)", gt=0)
     scalar_weight_decay: Optional[float] = _f(None, "weight decay of scalar parameters (learnable tau, Fixup biases and multipliers); default: train.weight_decay", ge=0)
     label_smoothing: float = _f(0.0, ge=0, lt=1)
-    eval_every: Optional[int] = _f(None, "steps between validation evaluations (default: 10 per run)", ge=1)
+    eval_every: Optional[int] = _f(None, "steps between validation evaluations; default (null): 10 per run when search.pruner is set (the pruner's reports), otherwise once, at the end", ge=1)
     eval_batch: int = _f(1024, ge=1)
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
     threads: Optional[int] = _f(None, "torch threads per trial (default: cpus / concurrency)", ge=1, le=1024)
@@ -139,7 +139,7 @@ class DivergenceConfig:
 
 @dataclass(frozen=True)
 class StabilityConfig:
-    every: int = _f(50, "steps between stability snapshots (0 = only at init and end)", ge=0)
+    every: Optional[int] = _f(None, "steps between stability snapshots (0 = only at init and end); default (null): 10 snapshots per run, every max(1, steps // 10) steps (the default was 50 before; a run directory made then keeps it)", ge=0)
     probe_batch: int = _f(256, ge=1, le=1_000_000)
     hessian: bool = _f(True, "top Hessian eigenvalue at init and end")
     hessian_iters: int = _f(20, "power-iteration steps at most", ge=1, le=1000)

@@ -138,6 +138,26 @@ class RunDir:
         self.tensorboard = False  # write TensorBoard logs of each recorded run (logging.tensorboard)
 
     # -- opening ---------------------------------------------------------------
+    @staticmethod
+    def adopt_earlier_defaults(out_root: str | Path, spec):
+        """The spec to run: `spec` itself, or, when `out_root/<name>` holds a run of this experiment
+        made before one of its defaults changed (config.load.CHANGED_DEFAULTS) and the experiment
+        leaves that key unset, `spec` with the earlier default, the run directory's value (its hash
+        and run keys then match: it resumes, nothing is trained again)."""
+        from nas_stab.config import spec_hash
+        from nas_stab.config.load import with_earlier_defaults
+
+        try:
+            path = Path(os.path.expanduser(str(out_root))) / spec.name
+            meta = (stored_spec(path) or {}).get("meta") or {} if (path / SPEC_YAML).is_file() else {}
+        except (OSError, RuntimeError, ValueError):
+            return spec  # open() says what is wrong with the directory
+        stored = meta.get("spec_hash") if isinstance(meta, dict) else None
+        if not stored or stored == spec_hash(spec):
+            return spec
+        earlier = with_earlier_defaults(spec)
+        return earlier if earlier is not None and spec_hash(earlier) == stored else spec
+
     @classmethod
     def open(cls, out_root: str | Path, spec, *, fresh: bool = False, data_note: str = "") -> "RunDir":
         """Create or reopen `out_root/<spec.name>`; refuse a changed spec unless `fresh`.

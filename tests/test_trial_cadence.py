@@ -1,0 +1,62 @@
+"""Default cadences of a run's stability snapshots and validations, and run directories made with
+the earlier default (`stability.every: 50`) resuming unchanged."""
+from __future__ import annotations
+
+import pytest
+
+from nas_stab.config import loads_spec, spec_hash
+from nas_stab.config.load import with_earlier_defaults
+from nas_stab.results.rundir import RunDir
+from nas_stab.training import train_run
+from nas_stab.training.loop import cadences
+
+BASE = """\
+name: cadence
+task: {{dataset: {{name: synthetic, size: 600, shape: [8], classes: 3}}}}
+model: {{arch: mlp_resnet, depth: 2, width: 8}}
+train: {{lr: 0.01, steps: {steps}, batch_size: 16{train}}}
+stability: {{hessian: false{stability}}}
+search: {{pruner: {pruner}}}
+"""
+
+
+def spec(steps=40, train="", stability="", pruner="none"):
+    return loads_spec(BASE.format(steps=steps, train=train, stability=stability, pruner=pruner))
+
+
+def test_default_cadences():
+    assert cadences(spec(), 1500) == (1500, 150)  # no pruner: one validation, at the end; 10 snapshots
+    assert cadences(spec(pruner="median"), 1500) == (150, 150)  # the pruner's 10 reports
+    assert cadences(spec(), 7) == (7, 1)
+    assert cadences(spec(train=", eval_every: 30", stability=", every: 50"), 1500) == (30, 50)
+    assert cadences(spec(stability=", every: 0"), 1500) == (1500, 0)
+
+
+def test_run_history_follows_the_cadences():
+    r = train_run(spec(steps=40), 0)
+    assert r.status == "complete", r.error
+    snaps = [h["step"] for h in r.history if "fwd_ratio" in h]
+    vals = [h["step"] for h in r.history if "val_acc" in h]
+    assert snaps == [0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
+    assert vals == [40]
+    r = train_run(spec(steps=40, pruner="median"), 0)
+    assert [h["step"] for h in r.history if "val_acc" in h] == [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
+
+
+def test_earlier_default_keeps_the_hash_of_an_earlier_run_directory(tmp_path):
+    now = spec()  # every left unset: the new default
+    then = spec(stability=", every: 50")  # what the same file resolved to before the default changed
+    assert spec_hash(now) != spec_hash(then)
+    earlier = with_earlier_defaults(now)
+    assert earlier.stability.every == 50 and spec_hash(earlier) == spec_hash(then)
+    assert with_earlier_defaults(then) is None  # the file sets it: nothing to adopt
+
+    RunDir.open(tmp_path, then).close()  # a run directory made with every: 50
+    adopted = RunDir.adopt_earlier_defaults(tmp_path, now)
+    assert adopted.stability.every == 50 and spec_hash(adopted) == spec_hash(then)
+    RunDir.open(tmp_path, adopted).close()  # resumes: no "different spec" error
+    other = spec(stability=", every: 25")  # a real change is still refused
+    assert RunDir.adopt_earlier_defaults(tmp_path, other) is other
+    with pytest.raises(Exception, match="different spec"):
+        RunDir.open(tmp_path, other)
+    assert RunDir.adopt_earlier_defaults(tmp_path / "elsewhere", now) is now  # no run directory: the new default
