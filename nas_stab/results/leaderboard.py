@@ -70,6 +70,8 @@ def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[st
         return over[key] if key in over else getattr(lb, key)
 
     compare = pick("compare") or ()
+    if not compare and getattr(spec.search, "transfer", None) is not None:  # a transfer search: one row per architecture
+        compare = tuple(k for k in spec.space.keys if k not in (pick("lr") or _DEFAULTS.lr, pick("transfer")))
     if isinstance(compare, str):
         compare = tuple(c.strip() for c in compare.split(",") if c.strip())
     try:
