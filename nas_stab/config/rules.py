@@ -88,6 +88,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
+    _check_transfer(spec, ctx)
     if s.sampler in ("grid", "bracket"):
         for d in spec.space:
             if not d.discrete:
@@ -97,7 +98,6 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     if s.sampler != "grid" and not spec.space.dims:
         raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
     _check_bracket(spec, ctx)
-    _check_transfer(spec, ctx)
 
     from nas_stab.search.optuna_study import check_pruner
 
