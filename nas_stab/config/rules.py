@@ -204,7 +204,23 @@ def _check_transfer(spec, ctx: Ctx) -> None:
         if not d.discrete or d.when:
             raise ctx.error(("space", key), f"{what} is the inner grid of search.transfer: give it listed values "
                             "(values, grid, log_grid or int) without a when: condition")
-    if not [d for d in spec.space if d.key not in (lb.transfer, lb.lr)]:
+    outer = {d.key: d for d in spec.space if d.key not in (lb.transfer, lb.lr)}
+    start = t.start if t.start is not None else []
+    if not isinstance(start, list):
+        raise ctx.error(("search", "transfer", "start"), f"must be a list of mappings {{searched key: value}}, got {start!r}")
+    for i, point in enumerate(start):
+        if not isinstance(point, dict) or not point:
+            raise ctx.error(("search", "transfer", "start", i), f"must be a mapping {{searched key: value}}, got {point!r}")
+        for k, v in point.items():
+            d = outer.get(k)
+            if d is None:
+                raise ctx.error(("search", "transfer", "start", i, k), "not a searched key of the architecture"
+                                + did_you_mean(str(k), list(outer)) + f"; those are: {', '.join(outer) or 'none'}")
+            ok = (any(v == x for x in spec.space.values_of(d)) if d.discrete and d.kind != "int" else
+                  not isinstance(v, bool) and isinstance(v, (int, float)) and d.low <= v <= d.high)
+            if not ok:
+                raise ctx.error(("search", "transfer", "start", i, k), f"{v!r} is outside the searched values of {k}")
+    if not outer:
         raise ctx.error(("space",), "search.transfer searches the keys of space other than leaderboard.lr and "
                         "leaderboard.transfer (the architecture, e.g. model.aggregation_exponent: {uniform: [0, 1]}); there are none")
 

@@ -163,6 +163,10 @@ class TransferSource:
             # trial sampled twice); seeded by the trials so far, a resumed search asks what an
             # uninterrupted one asks (the samplers keep no other state than the study)
             self.study.sampler = make_sampler(name, self.spec.search.seed + len(self.study.get_trials(deepcopy=False)))
+        n_so_far = len(self.study.get_trials(deepcopy=False))
+        start = self.spec.search.transfer.start or []
+        if n_so_far < len(start):  # the architectures to evaluate first, in order
+            self.study.enqueue_trial(dict(start[n_so_far]), skip_if_exists=False)
         ot = self.study.ask()
         params: dict = {}
         for d in self.outer_dims:
