@@ -169,7 +169,7 @@ class BracketConfig:
 
 @dataclass(frozen=True)
 class TransferConfig:
-    objectives: tuple[str, ...] = _f(("transfer_regret",), "what each outer trial (one architecture: the values of the searched keys other than leaderboard.lr and leaderboard.transfer) is scored by, computed by the leaderboard's analysis on its runs (docs/leaderboard.md): transfer_score, best (the metric's direction), transfer_regret, worst_regret, lr_drift, lr_sensitivity (minimized), stable_octaves (maximized); two or more: a multi-objective search whose leaderboard shows the Pareto front")
+    objectives: tuple[str, ...] = _f(("transfer_score",), "what each outer trial (one architecture: the values of the searched keys other than leaderboard.lr and leaderboard.transfer) is scored by, computed by the leaderboard's analysis on its runs (docs/leaderboard.md): transfer_score, best (the metric's direction), transfer_regret, worst_regret, lr_drift, lr_sensitivity (minimized), stable_octaves (maximized); two or more: a multi-objective search whose leaderboard shows the Pareto front")
     start: Any = _f(None, "architectures the outer study evaluates first, before its sampler chooses: a list of mappings {searched key: value} (e.g. the papers' exponents [{model.aggregation_exponent: 0.5, model.tau_exponent: 0.5}]); keys left out are sampled")
 
 
