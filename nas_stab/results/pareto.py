@@ -127,10 +127,10 @@ def pareto_plot(a: Analysis, spec) -> bytes | None:
         ax.scatter(front[x], front[y], s=40, color="tab:red", label="best")
         ax.set_xlabel("outer trial")
         ax.set_ylabel(y)
-    for r in front.to_dict("records"):
-        label = ", ".join(f"{s}={_num(r.get(k))}" for s, k in zip(_short_keys(a.settings.compare), a.settings.compare))
-        ax.annotate(_plain(f"#{fmt_value(r.get('outer_trial'))} {label}"), (r[x], r[y]), fontsize=6,
-                    xytext=(3, 3), textcoords="offset points")
+    for r in front.to_dict("records"):  # the outer trial's number; its values are in the table
+        note = ax.annotate(_plain(f"#{fmt_value(r.get('outer_trial'))}"), (r[x], r[y]), fontsize=7,
+                           xytext=(3, 3), textcoords="offset points")
+        note.set_in_layout(False)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.suptitle(_wrap(f"{spec.name}: {len(df)} architectures, {int(df['front'].sum())} on the front", 5.3, 10), fontsize=10)
