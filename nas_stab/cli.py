@@ -142,7 +142,13 @@ def cmd_validate(args) -> int:
     print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
     print("---")
     n_seeds = len(spec.seeds)
-    if spec.search.sampler in ("grid", "bracket"):
+    if spec.search.transfer is not None:
+        lb = spec.leaderboard
+        inner = len(spec.space.values_of(spec.space.get(lb.transfer))) * len(spec.space.values_of(spec.space.get(lb.lr)))
+        runs = spec.search.trials * inner * n_seeds
+        print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {inner} sizes x lrs x "
+              f"{n_seeds} seed(s) = {runs} runs (search.transfer: {', '.join(spec.search.transfer.objectives)})")
+    elif spec.search.sampler in ("grid", "bracket"):
         points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
         runs = points * n_seeds
         more = "; bracket adds learning rates until each optimum is bracketed" if spec.search.sampler == "bracket" else ""

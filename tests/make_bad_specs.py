@@ -285,6 +285,34 @@ def main() -> None:
     ]:
         add(f"rule-{name}", expect, base(**secs))
 
+    # 11. search.transfer and the exponent knobs (issue 20); appended last
+    arch = "  model.branches: [1, 4]\n  train.lr: [0.01, 0.1, 1]\n  model.aggregation_exponent: {uniform: [0, 1]}\n"
+    lb = "  lr: train.lr\n  transfer: model.branches\n"
+    for name, expect, secs in [
+        ("transfer-grid-sampler", "search.sampler", {"search": "  transfer: {}\n", "space": arch, "leaderboard": lb}),
+        ("transfer-unknown-objective", "search.transfer.objectives.0",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {objectives: [regret]}\n", "space": arch, "leaderboard": lb}),
+        ("transfer-no-objective", "search.transfer.objectives",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {objectives: []}\n", "space": arch, "leaderboard": lb}),
+        ("transfer-cmaes-two-objectives", "search.sampler",
+         {"search": "  sampler: cmaes\n  trials: 2\n  transfer: {objectives: [best, lr_drift]}\n", "space": arch, "leaderboard": lb}),
+        ("transfer-no-size-axis", "leaderboard.transfer",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {}\n", "space": arch}),
+        ("transfer-continuous-lr", "space.train.lr",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {}\n", "leaderboard": lb,
+          "space": "  model.branches: [1, 4]\n  train.lr: {loguniform: [0.01, 1]}\n  model.tau_exponent: {uniform: [0, 1]}\n"}),
+        ("transfer-no-architecture", "space",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {}\n", "leaderboard": lb,
+          "space": "  model.branches: [1, 4]\n  train.lr: [0.01, 0.1, 1]\n"}),
+        ("nsga2-without-transfer", "search.sampler",
+         {"search": "  sampler: nsga2\n  trials: 2\n", "space": "  train.lr: {uniform: [0.01, 1]}\n"}),
+        ("aggregation-exponent-with-stam", "model.aggregation_exponent",
+         {"model": "  arch: mlp_resnet\n  aggregation: stam\n  aggregation_exponent: 0.5\n"}),
+        ("tau-exponent-with-tau", "model.tau_exponent", {"model": "  arch: mlp_resnet\n  tau: 1/L\n  tau_exponent: 0.5\n"}),
+        ("aggregation-exponent-on-mlp", "model.aggregation_exponent", {"model": "  arch: mlp\n  aggregation_exponent: 0.5\n"}),
+    ]:
+        add(f"rule-{name}", expect, base(**secs))
+
     for i, (name, expect, text) in enumerate(cases):
         data = text if isinstance(text, bytes) else text.encode("utf-8")
         header = f"# expect: {expect}\n".encode()

@@ -140,8 +140,11 @@ def _type_schema(tp: Any) -> dict:
 def _field(cls, f: dataclasses.Field, hint: Any, path: tuple[str, ...]) -> dict:
     if path in _SPECIAL:
         return dict(_SPECIAL[path])
-    if dataclasses.is_dataclass(hint) or (typing.get_origin(hint) is Union and any(dataclasses.is_dataclass(a) for a in typing.get_args(hint))):
+    if dataclasses.is_dataclass(hint):
         return _object(hint, path)
+    if typing.get_origin(hint) is Union and any(dataclasses.is_dataclass(a) for a in typing.get_args(hint)):
+        obj = _object(next(a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), path)
+        return {"anyOf": [obj, {"type": "null"}], **({"description": f.metadata["doc"]} if f.metadata.get("doc") else {})}
     out = _type_schema(hint)
     meta = dict(f.metadata)
     if "le" not in meta and "lt" not in meta:  # build.MAX_NUMBER bounds every number the schema leaves open

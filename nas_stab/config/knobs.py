@@ -74,10 +74,22 @@ def parse_aggregation(agg: Any) -> Any:
     raise ValueError(f"aggregation must be sum, avg, stam or a number, got {agg!r}")
 
 
-def alpha(aggregation: Any, branches: int, base: float = 1.0, scale: float = 1.0) -> float:
-    """The aggregation weight alpha for C = `branches` (docs/experiment-file.md, STAM)."""
+def tau_form(tau: Any, exponent: float | None) -> Any:
+    """The tau form a model uses: `tau`, or 'L^-p' when `model.tau_exponent` p is set (tau stays a mapping's
+    learnable flag: {init: 'L^-p', learnable: true})."""
+    if exponent is None:
+        return tau
+    form = f"L^{-float(exponent):.12f}"
+    return {**tau, "init": form} if isinstance(tau, dict) else form
+
+
+def alpha(aggregation: Any, branches: int, base: float = 1.0, scale: float = 1.0, exponent: float | None = None) -> float:
+    """The aggregation weight alpha for C = `branches` (docs/experiment-file.md, STAM); with `exponent` p
+    (`model.aggregation_exponent`), alpha = (C / C0)^-p whatever `aggregation` says."""
     ratio = branches / base
-    if aggregation == "sum":
+    if exponent is not None:
+        a = ratio ** (-float(exponent))
+    elif aggregation == "sum":
         a = 1.0
     elif aggregation == "avg":
         a = 1.0 / ratio

@@ -214,6 +214,9 @@ def to_plain(obj: Any) -> Any:
 
 _ADDED_KEYS = (  # (section, key, when it applies)
     ("search", "bracket", lambda spec: spec.search.sampler == "bracket"),
+    ("search", "transfer", lambda spec: spec.search.transfer is not None),
+    ("model", "aggregation_exponent", lambda spec: spec.model.aggregation_exponent is not None),
+    ("model", "tau_exponent", lambda spec: spec.model.tau_exponent is not None),
 )
 
 
@@ -244,6 +247,14 @@ def with_earlier_defaults(spec: Spec) -> Spec | None:
     return from_data(data, Ctx(spec.source, {}, {}))
 
 
+def _drop_added(plain: dict, spec: Spec) -> None:
+    """Keys added later, out of the hashes while they cannot apply: run directories made before them
+    keep their spec hash and their runs' keys (and resume)."""
+    for section, key, applies in _ADDED_KEYS:
+        if section in plain and not applies(spec):
+            plain[section].pop(key, None)
+
+
 def spec_hash(spec: Spec) -> str:
     """Hash of everything that decides results (not the description)."""
     plain = to_plain(spec)
@@ -251,9 +262,7 @@ def spec_hash(spec: Spec) -> str:
     plain.pop("runner", None)  # where trials run does not change their results
     plain.pop("leaderboard", None)  # nor how the table is drawn
     plain.pop("logging", None)  # nor which logs are written
-    for section, key, applies in _ADDED_KEYS:  # keys added later: out of the hash while they cannot apply,
-        if not applies(spec):  # so run directories made before them keep their hash (and resume)
-            plain.get(section, {}).pop(key, None)
+    _drop_added(plain, spec)
     plain["space"] = spec.raw.get("space") if spec.raw else None
     blob = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -262,6 +271,7 @@ def spec_hash(spec: Spec) -> str:
 def config_key(spec: Spec, seed: int) -> str:
     """Identity of one trained run: hash of its resolved configuration and seed."""
     plain = {k: to_plain(getattr(spec, k)) for k in SEARCHABLE}
+    _drop_added(plain, spec)
     blob = json.dumps({"config": plain, "seed": seed}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, Union
 
 from nas_stab.config import schema
 from nas_stab.config.build import MAX_NUMBER, _type_hints, public_fields, type_name
@@ -104,9 +104,12 @@ def _section(cls, path: tuple[str, ...], out: list[str]) -> None:
     for f in public_fields(cls):
         tp = hints[f.name]
         p = path + (f.name,)
-        if dataclasses.is_dataclass(tp):
-            nested.append((tp, p))
-            out.append(f"| `{title}.{f.name}` | a mapping | | | see the `{'.'.join(p)}` section below |")
+        opt = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] if typing.get_origin(tp) is Union else []
+        if dataclasses.is_dataclass(tp) or opt:
+            nested.append((opt[0] if opt else tp, p))
+            what = "a mapping or null (default: off)" if opt else "a mapping"
+            doc = f.metadata.get("doc", "") + "; " if opt else ""
+            out.append(f"| `{title}.{f.name}` | {what} | | | {_cell(doc)}see the `{'.'.join(p)}` section below |")
             continue
         desc = _SPECIAL[p]["description"] if p in _SPECIAL else f.metadata.get("doc", "")
         out.append(f"| `{title}.{f.name}` | {_cell(type_name(tp))} | {_cell(_default(f))} | {_cell(_range(f.metadata, _numeric(tp)))} | {_cell(desc)} |")

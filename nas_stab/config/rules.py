@@ -31,6 +31,12 @@ def check_config(spec, ctx: Ctx) -> None:
         parse_aggregation(m.aggregation)
     except ValueError as e:
         raise ctx.error(("model", "aggregation"), str(e)) from None
+    if m.aggregation_exponent is not None and m.aggregation != "sum":
+        raise ctx.error(("model", "aggregation_exponent"), f"sets alpha = (C/C0)^-p in place of aggregation, which says "
+                        f"{m.aggregation!r}: give one of them (leave aggregation at sum)")
+    if m.tau_exponent is not None and (m.tau.get("init") if isinstance(m.tau, dict) else m.tau) != 1:
+        raise ctx.error(("model", "tau_exponent"), f"sets tau = L^-p in place of tau, which says {m.tau!r}: give one of "
+                        "them (leave tau at 1; tau_learnable: true makes L^-p the learnable tau's init)")
     if m.skip == "rskip_ln" and (not float(m.skip_lambda).is_integer() or m.skip_lambda < 1):
         raise ctx.error(("model", "skip_lambda"), f"rskip_ln needs an integer skip_lambda >= 1, got {m.skip_lambda!r}")
     if not math.isfinite(m.skip_lambda) or m.skip_lambda <= 0:
@@ -86,6 +92,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
+    _check_transfer(spec, ctx)
     if s.sampler in ("grid", "bracket"):
         for d in spec.space:
             if not d.discrete:
@@ -165,6 +172,61 @@ def _check_bracket(spec, ctx: Ctx) -> None:
     if bad:
         raise ctx.error(("space", key), f"bracket starts at these learning rates, which must be numbers inside "
                         f"search.bracket.lr_limits {list(lim)}; got {bad[0]!r}")
+
+
+def _check_transfer(spec, ctx: Ctx) -> None:
+    """search.transfer: an Optuna sampler for the outer trials, objectives the analysis computes (cmaes:
+    one), the size axis and the learning rate searched as discrete, unconditional dimensions (the inner
+    grid), and at least one other searched key (the architecture)."""
+    s, t = spec.search, spec.search.transfer
+    if s.sampler == "nsga2" and t is None:
+        raise ctx.error(("search", "sampler"), "nsga2 samples the outer trials of search.transfer; without it use tpe, random, cmaes or qmc")
+    if t is None:
+        return
+    from nas_stab.search.transfer_objectives import OBJECTIVES
+
+    if s.sampler in ("grid", "bracket"):
+        raise ctx.error(("search", "sampler"), f"search.transfer samples its outer trials with an Optuna sampler "
+                        f"(tpe, random, cmaes, qmc, nsga2), not {s.sampler}: the inner runs are every size x lr x seed")
+    if not t.objectives:
+        raise ctx.error(("search", "transfer", "objectives"), "needs at least one objective: " + ", ".join(OBJECTIVES))
+    for i, o in enumerate(t.objectives):
+        if o not in OBJECTIVES:
+            raise ctx.error(("search", "transfer", "objectives", i), f"unknown objective {o!r}" + did_you_mean(o, OBJECTIVES)
+                            + "; choose from " + ", ".join(OBJECTIVES))
+    if len(set(t.objectives)) < len(t.objectives):
+        raise ctx.error(("search", "transfer", "objectives"), f"an objective is named twice: {list(t.objectives)}")
+    if len(t.objectives) > 1 and s.sampler == "cmaes":
+        raise ctx.error(("search", "sampler"), "cmaes optimizes one objective; with several use tpe, nsga2 or random")
+    lb = spec.leaderboard
+    if lb.transfer is None:
+        raise ctx.error(("leaderboard", "transfer"), "search.transfer needs the size axis leaderboard.transfer (a key of space)")
+    for key, what in ((lb.transfer, "leaderboard.transfer"), (lb.lr, "leaderboard.lr")):
+        d = spec.space.get(key)
+        if d is None:
+            continue  # _check_axes names it
+        if not d.discrete or d.when:
+            raise ctx.error(("space", key), f"{what} is the inner grid of search.transfer: give it listed values "
+                            "(values, grid, log_grid or int) without a when: condition")
+    outer = {d.key: d for d in spec.space if d.key not in (lb.transfer, lb.lr)}
+    start = t.start if t.start is not None else []
+    if not isinstance(start, list):
+        raise ctx.error(("search", "transfer", "start"), f"must be a list of mappings {{searched key: value}}, got {start!r}")
+    for i, point in enumerate(start):
+        if not isinstance(point, dict) or not point:
+            raise ctx.error(("search", "transfer", "start", i), f"must be a mapping {{searched key: value}}, got {point!r}")
+        for k, v in point.items():
+            d = outer.get(k)
+            if d is None:
+                raise ctx.error(("search", "transfer", "start", i, k), "not a searched key of the architecture"
+                                + did_you_mean(str(k), list(outer)) + f"; those are: {', '.join(outer) or 'none'}")
+            ok = (any(v == x for x in spec.space.values_of(d)) if d.discrete and d.kind != "int" else
+                  not isinstance(v, bool) and isinstance(v, (int, float)) and d.low <= v <= d.high)
+            if not ok:
+                raise ctx.error(("search", "transfer", "start", i, k), f"{v!r} is outside the searched values of {k}")
+    if not outer:
+        raise ctx.error(("space",), "search.transfer searches the keys of space other than leaderboard.lr and "
+                        "leaderboard.transfer (the architecture, e.g. model.aggregation_exponent: {uniform: [0, 1]}); there are none")
 
 
 def _n_values(d) -> float:

@@ -73,9 +73,11 @@ class ModelConfig:
     branches: int = _f(1, "C, parallel branches per residual block", ge=1, le=4096)
     branch_depth: int = _f(1, "b, layers in each residual branch (mlp_resnet)", ge=1, le=16)
     aggregation: Union[str, float] = _f("sum", "sum | avg | stam | a number: alpha")
+    aggregation_exponent: Optional[float] = _f(None, "p: alpha = (C / C0)^-p in place of aggregation (0 = sum, 0.5 = stam, 1 = avg), a number a search can vary continuously; leave aggregation at sum", ge=-4, le=4)
     aggregation_base: Number = _f(1, "C0: alpha = f(C / C0)", gt=0)
     alpha_scale: Number = _f(1.0, "multiplies alpha", gt=0)
     tau: Any = _f(1, "residual-branch scale: number, '1/L', '1/sqrt(L)', 'L^-p', or {init: ..., learnable: true}")
+    tau_exponent: Optional[float] = _f(None, "p: tau = L^-p in place of tau (0.5 = 1/sqrt(L), 1 = 1/L), a number a search can vary continuously; leave tau at 1 (tau_learnable still applies)", ge=-4, le=4)
     tau_learnable: bool = _f(False, "make tau learnable (the searchable form of tau: {init: ..., learnable: true})")
     skip: Literal["plain", "none", "xskip", "xskip_ln", "rskip_ln", "deepnorm"] = _f("plain")
     skip_lambda: Number = _f(1, "lambda of xskip / xskip_ln / rskip_ln")
@@ -166,13 +168,20 @@ class BracketConfig:
 
 
 @dataclass(frozen=True)
+class TransferConfig:
+    objectives: tuple[str, ...] = _f(("transfer_score",), "what each outer trial (one architecture: the values of the searched keys other than leaderboard.lr and leaderboard.transfer) is scored by, computed by the leaderboard's analysis on its runs (docs/leaderboard.md): transfer_score, best (the metric's direction), transfer_regret, worst_regret, lr_drift, lr_sensitivity (minimized), stable_octaves (maximized); two or more: a multi-objective search whose leaderboard shows the Pareto front")
+    start: Any = _f(None, "architectures the outer study evaluates first, before its sampler chooses: a list of mappings {searched key: value} (e.g. the papers' exponents [{model.aggregation_exponent: 0.5, model.tau_exponent: 0.5}]); keys left out are sampled")
+
+
+@dataclass(frozen=True)
 class SearchConfig:
-    sampler: Literal["grid", "bracket", "random", "tpe", "cmaes", "qmc"] = _f("grid", "grid: every point of space; bracket: per configuration of the other keys, the learning-rate dimension of space is a coarse start, extended until the optimum is bracketed, then resolved (search.bracket)")
+    sampler: Literal["grid", "bracket", "random", "tpe", "cmaes", "qmc", "nsga2"] = _f("grid", "grid: every point of space; bracket: per configuration of the other keys, the learning-rate dimension of space is a coarse start, extended until the optimum is bracketed, then resolved (search.bracket); with search.transfer, the sampler of the outer trials (random, tpe, cmaes, qmc, nsga2)")
     trials: Optional[int] = _f(None, "required unless sampler is grid or bracket", ge=1, le=10_000_000)
     objective: str = _f("val_acc", "a metric name (docs/run-directory.md, docs/metrics.md)")
     direction: Literal["auto", "maximize", "minimize"] = _f("auto", "auto: from the metric")
     pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold | sweep, or {name: {options}}")
     bracket: BracketConfig = _f(None, "settings of sampler bracket (only with it; the learning rate is leaderboard.lr, a key of space)")
+    transfer: Optional[TransferConfig] = _f(None, "search for architectures whose learning rate transfers: each outer trial samples the searched keys other than leaderboard.lr and leaderboard.transfer, trains every size x lr x seed of space with them (inner runs, ordinary rows of trials.csv with its number in outer_trial) and is scored by search.transfer.objectives; search.trials counts outer trials. {} takes the defaults")
     storage: Optional[str] = _f(None, "Optuna storage URL; default sqlite:///<run dir>/study.db")
     seed: int = _f(0, "sampler seed", ge=0)
 

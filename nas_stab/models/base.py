@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-from nas_stab.config.knobs import alpha, parse_tau, tau_value
+from nas_stab.config.knobs import alpha, parse_tau, tau_form, tau_value
 
 
 class Tap(nn.Module):
@@ -44,7 +44,13 @@ class StableModel(nn.Module):
 
 def branch_alpha(model_cfg) -> float:
     """The aggregation weight alpha for this configuration."""
-    return alpha(model_cfg.aggregation, model_cfg.branches, model_cfg.aggregation_base, model_cfg.alpha_scale)
+    return alpha(model_cfg.aggregation, model_cfg.branches, model_cfg.aggregation_base, model_cfg.alpha_scale,
+                 getattr(model_cfg, "aggregation_exponent", None))
+
+
+def model_tau(model_cfg):
+    """The tau form of this configuration (`model.tau`, or L^-p with `model.tau_exponent`)."""
+    return tau_form(model_cfg.tau, getattr(model_cfg, "tau_exponent", None))
 
 
 class Tau(nn.Module):

@@ -61,7 +61,7 @@ def plain(spec, *, conv: bool):
         return _bad("branches", why)
     if m.branch_depth != 1:
         return _bad("branch_depth", why)
-    for key in ("aggregation", "aggregation_base", "alpha_scale", "tau", "tau_learnable"):
+    for key in ("aggregation", "aggregation_exponent", "aggregation_base", "alpha_scale", "tau", "tau_exponent", "tau_learnable"):
         if getattr(m, key) != getattr(_DEFAULTS, key):
             return _bad(key, why)
     if m.skip not in ("plain", "none"):
@@ -94,7 +94,7 @@ def residual(spec, *, conv: bool, b: int):
         return _bad("init", f"Fixup initializes normalization-free networks; set norm: none (got {m.norm})")
     if m.scalar_bias and m.norm != "none":
         return _bad("scalar_bias", f"scalar biases are for normalization-free networks; norm {m.norm} has its own shift")
-    if m.init in ("stam_forward", "stam_update") and m.aggregation != "sum":
+    if m.init in ("stam_forward", "stam_update") and (m.aggregation != "sum" or m.aggregation_exponent is not None):
         return _bad("init", f"init {m.init} is STAM's appendix A.4 scaled-down init for SUM aggregation (it replaces "
                             f"alpha by scaling every branch layer); with aggregation {m.aggregation!r} both would "
                             "scale the branches: use aggregation: sum")

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS, checks
-from nas_stab.models.base import (StableModel, Tau, branch_alpha, branch_init_gain, kaiming_normal_, scalar,
+from nas_stab.models.base import (StableModel, Tau, model_tau, branch_alpha, branch_init_gain, kaiming_normal_, scalar,
                                   uses_path, uses_scalar_bias)
 from nas_stab.models.branches import MultiBranch, fixup_classifier_
 from nas_stab.models.residual import ResidualBlock
@@ -52,7 +52,7 @@ class MLPResNet(StableModel):
         super().__init__()
         m, L, b = cfg.width, cfg.depth, cfg.branch_depth
         self.A = nn.Linear(in_dim, m, bias=False)
-        self.tau = Tau(cfg.tau, L, learnable=cfg.tau_learnable)
+        self.tau = Tau(model_tau(cfg), L, learnable=cfg.tau_learnable)
         path = uses_path(cfg)
         self.blocks = nn.ModuleList()
         for _ in range(L):

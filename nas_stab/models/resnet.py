@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS, checks
-from nas_stab.models.base import (StableModel, Tau, branch_alpha, branch_init_gain, scalar, uses_path,
+from nas_stab.models.base import (StableModel, Tau, model_tau, branch_alpha, branch_init_gain, scalar, uses_path,
                                   uses_scalar_bias)
 from nas_stab.models.branches import MultiBranch, fixup_classifier_, he_fan_out_
 from nas_stab.models.layers import make_norm
@@ -45,7 +45,7 @@ class CifarResNet(StableModel):
         super().__init__()
         w, n = cfg.width, (cfg.depth - 2) // (3 * per_block)
         L = 3 * n
-        self.tau = Tau(cfg.tau, L, learnable=cfg.tau_learnable)
+        self.tau = Tau(model_tau(cfg), L, learnable=cfg.tau_learnable)
         self.preact = cfg.block == "preact"
         stem_norm = "none" if self.preact else ("bn" if cfg.norm == "path_bn" else cfg.norm)
         self.stem = nn.Conv2d(in_shape[0], w, 3, padding=1, bias=False)

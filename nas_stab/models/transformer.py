@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS
-from nas_stab.models.base import StableModel, Tap, Tau, branch_alpha, deepnorm_constants
+from nas_stab.models.base import StableModel, Tap, Tau, model_tau, branch_alpha, deepnorm_constants
 from nas_stab.config.schema import ModelConfig
 
 __all__ = ["Transformer", "check_transformer"]
@@ -252,7 +252,7 @@ class Transformer(StableModel):
         self.d, self.V, self.pad, self.bos, self.eos = d, vocab, pad, bos, eos
         self.n_enc, self.n_dec = cfg.enc_layers, cfg.dec_layers
         L = 2 * self.n_enc + 3 * self.n_dec
-        self.tau = Tau(cfg.tau, L, learnable=bool(getattr(cfg, "tau_learnable", False)))
+        self.tau = Tau(model_tau(cfg), L, learnable=bool(getattr(cfg, "tau_learnable", False)))
         a = branch_alpha(cfg)
         deep = cfg.skip == "deepnorm" or cfg.init == "deepnorm"
         dn = deepnorm_constants(self.n_enc, self.n_dec)

@@ -254,6 +254,8 @@ def analyze(
     rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
     rows["pruned"] = cg["n_pruned"].sum() / rows["runs"]
     rows["m0"] = m0
+    for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi"):  # the reference size does not train: no lr to transfer
+        rows[c] = rows[c].fillna(m0)
     rows["margin"] = margin
     verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer))
 

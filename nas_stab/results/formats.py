@@ -115,7 +115,7 @@ def provenance_text(a: Analysis, provenance: Provenance) -> str:
 
 CSV_COLUMNS = [
     "rank", "label", "transfers", "why", "transfer_regret", "transfer_regret_lo", "transfer_regret_hi",
-    "worst_regret", "worst_regret_lo", "worst_regret_hi", "regret_sizes", "spread", "best_lr(s)", "lr_drift",
+    "worst_regret", "worst_regret_lo", "worst_regret_hi", "transfer_score", "transfer_score_lo", "transfer_score_hi", "regret_sizes", "spread", "best_lr(s)", "lr_drift",
     "lr_drift_lo", "lr_drift_hi", "lr_slope", "lr_slope_lo", "lr_slope_hi", "lr_sensitivity", "grid_step",
     "stable_octaves", "stable_lr_min", "stable_lr_max", "best", "best_std", "best_n", "best_size", "best_lr",
     "reference_size", "sizes", "seeds", "runs", "diverged", "pruned", "m0", "margin",

@@ -71,6 +71,8 @@ def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[st
         return over[key] if key in over else getattr(lb, key)
 
     compare = pick("compare") or ()
+    if not compare and getattr(spec.search, "transfer", None) is not None:  # a transfer search: one row per architecture
+        compare = tuple(k for k in spec.space.keys if k not in (pick("lr") or _DEFAULTS.lr, pick("transfer")))
     if isinstance(compare, str):
         compare = tuple(c.strip() for c in compare.split(",") if c.strip())
     try:
@@ -380,6 +382,15 @@ def build_leaderboard(
 
     pngs: dict[str, bytes] = {}
     links: dict[str, str] = {}
+    from nas_stab.results import pareto as _pareto
+
+    transfer_spec = runs[0].spec if _pareto.is_transfer(runs[0].spec) else None
+    if plots and transfer_spec is not None:
+        png = _pareto.pareto_plot(a, transfer_spec)
+        if png is not None:
+            written["plot:pareto"] = atomic_write(out / "plots" / "pareto.png", png)
+            pngs[_pareto.CAPTION] = png
+            links[_pareto.CAPTION] = "plots/pareto.png"
     if plots:
         from nas_stab.results import plots as _plots
 
@@ -400,11 +411,15 @@ def build_leaderboard(
 
     for fmt in fmts:
         text = _formats.render(fmt, a, prov, plots_png=pngs, plots_paths=links)
+        if fmt == "md" and transfer_spec is not None:
+            text = _with_pareto(text, _pareto.pareto_markdown(a, transfer_spec, plot_path=links.get(_pareto.CAPTION)))
         written[fmt] = atomic_write(out / f"leaderboard.{fmt}", text)
         if fmt == "csv":
             written["cells_csv"] = atomic_write(out / "leaderboard_cells.csv", _formats.to_cells_csv(a, prov))
             written["sizes_csv"] = atomic_write(out / "leaderboard_sizes.csv", _formats.to_sizes_csv(a))
             written["provenance"] = atomic_write(out / "leaderboard_provenance.txt", _formats.provenance_text(a, prov))
+            if transfer_spec is not None:
+                written["pareto_csv"] = atomic_write(out / "pareto.csv", _pareto.pareto_csv(a, transfer_spec))
     return written
 
 
@@ -413,7 +428,19 @@ def leaderboard_markdown(run_dir: str | Path, *, n_boot: int = 1000, overrides: 
 
     Links the plots when ``<run_dir>/plots/`` already holds them.
     """
-    a, prov, _ = load_analysis([run_dir], n_boot=n_boot, overrides=overrides)
+    from nas_stab.results import pareto as _pareto
+
+    a, prov, runs = load_analysis([run_dir], n_boot=n_boot, overrides=overrides)
     plots_dir = Path(run_dir) / "plots"
     links = {cap: f"plots/{name}.png" for name, cap in PLOTS.items() if (plots_dir / f"{name}.png").is_file()}
-    return _formats.to_markdown(a, prov, plots=links or None)
+    text = _formats.to_markdown(a, prov, plots=links or None)
+    if _pareto.is_transfer(runs[0].spec):
+        plot = "plots/pareto.png" if (plots_dir / "pareto.png").is_file() else None
+        text = _with_pareto(text, _pareto.pareto_markdown(a, runs[0].spec, plot_path=plot))
+    return text
+
+
+def _with_pareto(text: str, section: str) -> str:
+    """The Pareto section of a transfer search, before the provenance."""
+    at = text.find("\n## Provenance")
+    return text + "\n" + section if at < 0 else text[:at + 1] + section + text[at:]

@@ -104,6 +104,7 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
     at_t = np.where(np.isfinite(t) & present, at_t, np.nan)
     d = np.clip(yv - at_t, 0.0, None)
     with np.errstate(invalid="ignore"), _quiet():
+        score_t = np.nanmean(np.where(present, at_t, np.nan), -1)  # the metric at every size with s_ref's optimum
         n_d = np.isfinite(d).sum(-1)
         regret = np.where(n_d >= 2, np.nanmean(d, -1), np.nan)
         worst = np.where(n_d >= 2, np.nanmax(d, -1), np.nan)
@@ -120,7 +121,8 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
         slope = np.where((n_ok >= 2) & (sxx > 1e-12), (du * (xx - xbar[..., None])).sum(-1) / sxx, np.nan)
         sens = np.nanmean(np.nanmean(np.where(fin, yv[..., None] - score, np.nan), -1), -1) if full else None
     return {"j": j, "present": present, "trains": trains, "cens": cens, "xstar": xstar, "ystar": yv, "drift": drift,
-            "slope": slope, "regret": regret, "worst": worst, "n_d": n_d, "sens": sens}
+            "slope": slope, "regret": regret, "worst": worst, "n_d": n_d, "sens": sens,
+            "score": sign * score_t}
 
 
 class _quiet:
@@ -163,7 +165,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
         point = fit(P[None], X, sign, thr, U, ref, pruned=pruned)
 
     # paired bootstrap over seeds: one multinomial draw of seed indices per row and replicate
-    reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar")}
+    reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar", "score")}
     sel = np.flatnonzero(n_seeds >= 2)  # with one seed a resample is the sample itself: no interval
     if n_boot > 0 and sel.size:
         rng = np.random.default_rng(seed)
@@ -202,7 +204,8 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
         return lo, hi
 
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
-    for name, col in (("drift", "lr_drift"), ("slope", "lr_slope"), ("regret", "transfer_regret"), ("worst", "worst_regret")):
+    for name, col in (("drift", "lr_drift"), ("slope", "lr_slope"), ("regret", "transfer_regret"), ("worst", "worst_regret"),
+                      ("score", "transfer_score")):
         rows[col] = point[name][0]
         rows[col + "_lo"], rows[col + "_hi"] = interval(name)
     rows["lr_sensitivity"] = point["sens"][0]

@@ -27,7 +27,11 @@ def status_text(run_dir: Path) -> str:
             continue
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
-    if spec.search.sampler == "grid":
+    if getattr(spec.search, "transfer", None) is not None:  # outer trials x sizes x lrs x seeds
+        lb = spec.leaderboard
+        inner = len(spec.space.values_of(spec.space.get(lb.transfer))) * len(spec.space.values_of(spec.space.get(lb.lr)))
+        planned = spec.search.trials * inner * len(spec.seeds)
+    elif spec.search.sampler == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
     else:
         planned = spec.search.trials * len(spec.seeds)

@@ -163,7 +163,11 @@ class Driver:
         self.running: dict[int, Trial] = {}  # by Optuna trial number, until told
         self._no_more = False  # the job source said nothing more will come
         self._waiting = False  # the source said "nothing now": not asked again until a trial finishes
-        if source is None and spec.search.sampler in JOB_SOURCES:
+        if source is None and spec.search.transfer is not None:
+            from nas_stab.search.transfer import TransferSource
+
+            source = TransferSource(spec, trials, storage=spec.search.storage or rd.storage_url, log=rd.log)
+        elif source is None and spec.search.sampler in JOB_SOURCES:
             source = JOB_SOURCES.get(spec.search.sampler)(spec, trials)
         self.source = source
         if source is not None:

@@ -42,6 +42,7 @@ for _name, _cls, _doc in [
     ("tpe", "TPESampler", "tree-structured Parzen estimator"),
     ("cmaes", "CmaEsSampler", "CMA-ES on the continuous and integer dimensions"),
     ("qmc", "QMCSampler", "scrambled Sobol quasi-random sampling"),
+    ("nsga2", "NSGAIISampler", "NSGA-II, a genetic algorithm for one or several objectives (search.transfer.objectives)"),
 ]:
     SAMPLERS.register(_name, optuna_class=_cls, doc=_doc)(_cls)
 

@@ -32,6 +32,7 @@ class Job:
     key: str
     run_id: str
     resolved: Any = field(default=None, compare=False, repr=False)
+    outer: int | None = field(default=None, compare=False)  # search.transfer: the outer trial's number
 
 
 def base_lookup(spec):
@@ -138,6 +139,8 @@ def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any
         "key": job.key,
         "optuna_trial": optuna_number,
     }
+    if job.outer is not None:
+        row["outer_trial"] = job.outer
     for d in spec.space:
         row[d.key] = job.params.get(d.key, get_key(spec, d.key))
     row.update(result.metrics)

@@ -1,0 +1,222 @@
+"""`search.transfer`: search for architectures whose learning rate transfers.
+
+Two levels. An **outer trial** is one architecture: the values of the searched keys other
+than the learning rate (`leaderboard.lr`) and the size axis (`leaderboard.transfer`),
+sampled by `search.sampler` (tpe, random, cmaes, qmc, nsga2) in an Optuna study of its own,
+`<name>/transfer`, in the run's storage, with one direction per objective. Its **inner
+runs** are every size x learning rate of `space:` x seed with those values: ordinary jobs
+of the driver (each one Optuna trial of the run's study, enqueued then asked, as a grid
+point; pruners, the sweep pruner included, work as in a grid), ordinary rows of trials.csv
+with the outer trial's number in `outer_trial`. When every inner run of an outer trial is
+recorded, the outer trial is told the objectives `transfer_objectives.evaluate` computes
+from exactly those records (the leaderboard's `analyze`), and the row's columns and a
+stability summary become its user attributes.
+
+Resume. An inner run's key is its configuration's (`config.config_key`), so a resumed
+search skips what trials.csv holds; the outer trials' values live in the study, so an outer
+trial found RUNNING is continued with its stored values (never sampled again), told as
+soon as its runs are all recorded (also when a kill fell between the last record and the
+tell). A killed search loses nothing and trains nothing twice.
+
+Keeping the backend busy: a new outer trial is asked only when no inner run of the open
+ones can start, so at most about `runner.concurrency` outer trials are open at once; the
+sampler sees every earlier one that finished.
+
+`trial` numbers of the inner runs are `outer * MAX_POINTS + point` (point: the index of
+(size, lr) in the inner grid), so run ids stay unique and sort by outer trial.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Sequence
+
+from nas_stab.search.plan import Job
+
+MAX_POINTS = 1000  # inner grid points (sizes x lrs) at most
+
+
+def study_name(spec) -> str:
+    return f"{spec.name}/transfer"
+
+
+def open_outer_study(spec, storage_url: str):
+    """The outer study (created on first use): the sampler of `search.sampler`, one direction per objective."""
+    import warnings
+
+    import optuna
+
+    from nas_stab.search.optuna_study import make_sampler, make_storage
+    from nas_stab.search.transfer_objectives import directions
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return optuna.create_study(study_name=study_name(spec), storage=make_storage(storage_url),
+                               sampler=make_sampler(spec.search.sampler, spec.search.seed),
+                               directions=directions(spec), load_if_exists=True)
+
+
+class TransferSource:
+    """The job source of `search.transfer` (see the module docstring).
+
+    `limit` (`nas-stab run --trials N`) is the number of outer trials in all (as for a sampler),
+    default `search.trials`.
+    """
+
+    def __init__(self, spec, limit: int | None = None, *, storage: str, log=None):
+        from optuna.trial import TrialState
+
+        from nas_stab.search.plan import base_lookup
+
+        self.spec, self.log = spec, log or (lambda msg: None)
+        lb = spec.leaderboard
+        self.lr_key, self.size_key = lb.lr, lb.transfer
+        inner = [spec.space.get(self.size_key), spec.space.get(self.lr_key)]
+        self.points = [{self.size_key: s, self.lr_key: lr}
+                       for s, lr in itertools.product(*(spec.space.values_of(d) for d in inner))]
+        if len(self.points) > MAX_POINTS:
+            raise ValueError(f"search.transfer: {len(self.points)} sizes x learning rates; at most {MAX_POINTS}")
+        self.outer_dims = [d for d in spec.space if d.key not in (self.lr_key, self.size_key)]
+        self._base = base_lookup(spec)
+        self.target = limit if limit is not None else spec.search.trials
+        self.url = storage
+        self.study = open_outer_study(spec, storage)
+        self.active: dict[int, dict] = {}  # outer trial number -> its architecture values
+        self._trials: dict[int, object] = {}  # outer number -> optuna Trial, for those asked by this process
+        self._jobs: dict[int, list[Job]] = {}
+        done = 0
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state == TrialState.RUNNING:
+                if all(d.key in t.params for d in self.outer_dims if d.active(self._lookup(t.params))):
+                    self.active[t.number] = dict(t.params)
+                    self.log(f"outer trial {t.number} was open: continued with its values {t.params}")
+                else:  # killed between ask and suggest: nothing of it was trained
+                    self._tell_number(t.number, None, {"status": "interrupted"})
+            elif t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
+                done += t.user_attrs.get("status") != "interrupted"
+            elif t.state == TrialState.WAITING:
+                pass
+        self.done = done
+        self.total = self.target * len(self.points) * len(spec.seeds)
+
+    # ------------------------------------------------------------ the job source interface
+
+    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
+        recs = {str(r.get("key")): r for r in records}
+        out: list[Job] = []
+        for n in sorted(self.active):
+            out += self._open_jobs(n, recs, running)
+        while not out and self.done + len(self.active) < self.target:
+            n = self._ask()
+            out += self._open_jobs(n, recs, running)
+        if not out and not self.active:
+            return None
+        return out
+
+    def suggest(self, trial, base) -> dict:
+        """Record an inner job's values in its trial of the run's study: the inner grid as a grid
+        point's, the architecture's with its own (continuous) distribution."""
+        params = {}
+        for d in self.spec.space:
+            if d.active(lambda k: params[k] if k in params else base(k)):
+                params[d.key] = d.suggest(trial, grid=d.key in (self.lr_key, self.size_key))
+        return params
+
+    # ------------------------------------------------------------ outer trials
+
+    def jobs(self, n: int) -> list[Job]:
+        """The inner runs of outer trial n, point by point (sizes, then learning rates), each with every seed."""
+        got = self._jobs.get(n)
+        if got is None:
+            from nas_stab.config import config_key
+            from nas_stab.search.plan import try_resolve
+
+            arch = self.active[n]
+            got = []
+            for i, pt in enumerate(self.points):
+                params = {d.key: (pt[d.key] if d.key in pt else arch[d.key]) for d in self.spec.space
+                          if d.key in pt or d.key in arch}
+                r = try_resolve(self.spec, params)
+                trial = n * MAX_POINTS + i
+                for seed in self.spec.seeds:
+                    key = config_key(r, seed) if r is not None else f"invalid-o{n}-{i}-s{seed}"
+                    got.append(Job(trial, seed, params, key, f"t{trial:05d}-s{seed}", r, outer=n))
+            self._jobs[n] = got
+        return got
+
+    def _open_jobs(self, n: int, recs: dict, running: Collection[str]) -> list[Job]:
+        jobs = self.jobs(n)
+        missing = [j for j in jobs if j.key not in recs]
+        if not missing:
+            self._finish(n, [recs[j.key] for j in jobs])
+            return []
+        return [j for j in missing if j.key not in running]
+
+    def _lookup(self, params: dict):
+        return lambda k: params[k] if k in params else self._base(k)
+
+    def _ask(self) -> int:
+        name = self.spec.search.sampler
+        if name != "qmc":  # qmc indexes its sequence by the study's trials: its one seed must stay
+            from nas_stab.search.optuna_study import make_sampler
+
+            # a seeded sampler started again by a resumed search would replay its first draws (an outer
+            # trial sampled twice); seeded by the trials so far, a resumed search asks what an
+            # uninterrupted one asks (the samplers keep no other state than the study)
+            self.study.sampler = make_sampler(name, self.spec.search.seed + len(self.study.get_trials(deepcopy=False)))
+        n_so_far = len(self.study.get_trials(deepcopy=False))
+        start = self.spec.search.transfer.start or []
+        if n_so_far < len(start):  # the architectures to evaluate first, in order
+            self.study.enqueue_trial(dict(start[n_so_far]), skip_if_exists=False)
+        ot = self.study.ask()
+        params: dict = {}
+        for d in self.outer_dims:
+            if d.active(self._lookup(params)):
+                params[d.key] = d.suggest(ot)
+        self._trials[ot.number] = ot
+        self.active[ot.number] = params
+        return ot.number
+
+    def _finish(self, n: int, rows: list[dict]) -> None:
+        """Every inner run of outer trial n is recorded: tell the study its objectives."""
+        from nas_stab.search.transfer_objectives import evaluate
+
+        try:
+            values, attrs, why = evaluate(self.spec, rows)
+        except Exception as e:  # a bug or an unusable table must not stop the search: the trial fails, with why
+            values, attrs, why = None, {}, f"{type(e).__name__}: {e}"
+        attrs["status"] = "complete" if values is not None else "failed"
+        if why:
+            attrs["error"] = why[:2000]
+        self._tell_number(n, values, attrs)
+        self.active.pop(n, None)
+        self.done += 1
+        shown = ", ".join(f"{o} {v:.4g}" for o, v in zip(self.spec.search.transfer.objectives, values or ()))
+        self.log(f"outer trial {n} {self._arch_text(n, rows)}: {shown or 'failed: ' + why}")
+
+    def _arch_text(self, n: int, rows: list[dict]) -> str:
+        return " ".join(f"{d.key.split('.')[-1]}={rows[0].get(d.key)!s:.6}" for d in self.outer_dims if rows)
+
+    def _tell_number(self, n: int, values, attrs: dict) -> None:
+        from optuna.trial import TrialState
+
+        ot = self._trials.pop(n, None)
+        if ot is not None:
+            for k, v in attrs.items():
+                ot.set_user_attr(k, v)
+        else:  # continued after a restart: no Trial object, the storage by number
+            from nas_stab.search.optuna_study import make_storage
+
+            storage = make_storage(self.url)  # a handle of our own on the same database (public API)
+            sid = storage.get_study_id_from_name(self.study.study_name)
+            tid = storage.get_trial_id_from_study_id_trial_number(sid, n)
+            for k, v in attrs.items():
+                storage.set_trial_user_attr(tid, k, v)
+        if values is None:
+            self.study.tell(n, state=TrialState.FAIL)
+        else:
+            self.study.tell(n, values if len(values) > 1 else values[0])
+
+
+def outer_trials(spec, storage_url: str) -> list:
+    """The outer study's trials (for tables and tests): FrozenTrials, in number order."""
+    return open_outer_study(spec, storage_url).get_trials(deepcopy=False)

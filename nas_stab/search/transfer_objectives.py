@@ -1,0 +1,120 @@
+"""The objectives of `search.transfer`: one outer trial's runs -> the leaderboard's analysis -> its values.
+
+An outer trial is one architecture (the values of the searched keys other than the
+learning rate and the size axis); its runs are every size x lr x seed of `space:`. Its
+objectives are columns of the leaderboard row those runs make, computed by the same call
+that builds every leaderboard (`nas_stab.results.analysis.analyze`, with the run's
+`leaderboard:` settings, docs/leaderboard.md), on the values exactly as trials.csv stores
+them (numbers to 6 significant digits), so `nas-stab leaderboard` shows the same numbers
+in the outer trial's row:
+
+| objective | direction | meaning |
+| --- | --- | --- |
+| `transfer_score` | the metric's | mean over sizes of the fitted metric at the reference size's optimum lr (m0 when the reference size does not train) |
+| `best` | the metric's | the best seed-mean over sizes and lrs |
+| `transfer_regret`, `worst_regret` | minimize | mean / largest metric lost by using the reference size's optimum (over the sizes that train) |
+| `lr_drift` | minimize | octaves between the largest and smallest optimum (over the sizes that train) |
+| `lr_sensitivity` | minimize | Wortsman et al.'s mean loss of a wrong lr |
+| `stable_octaves` | maximize | the longest run of lrs at which every size trains |
+
+An objective the analysis leaves undefined (a regret or drift with fewer than two sizes
+that train) cannot be told to Optuna: the outer trial ends FAIL with the reason, and the
+sampler learns nothing from it. `transfer_score` is always defined, which is why it is the
+default: a size that never trains pulls it down to the no-learning value instead of
+dropping out.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import pandas as pd
+
+OBJECTIVES = {
+    "transfer_score": "metric", "best": "metric", "transfer_regret": "minimize", "worst_regret": "minimize",
+    "lr_drift": "minimize", "lr_sensitivity": "minimize", "stable_octaves": "maximize",
+}
+STABILITY = ("init_fwd_ratio", "init_grad_ratio", "init_sharpness", "max_update_ratio", "final_fwd_ratio",
+             "final_sharpness", "loss_spikes")  # per size, the mean over complete runs, in the outer trial's user attrs
+
+
+def settings(spec) -> dict[str, Any]:
+    """The leaderboard settings of a run (lr, transfer, metric, reference, tolerance, classes), compare left out."""
+    from nas_stab.results.leaderboard import _settings
+
+    return {**_settings(spec), "compare": ()}
+
+
+def directions(spec) -> list[str]:
+    from nas_stab import metrics
+
+    metric = settings(spec)["metric"]
+    return [metrics.direction(metric) if OBJECTIVES[o] == "metric" else OBJECTIVES[o] for o in spec.search.transfer.objectives]
+
+
+def as_stored(spec, rows: Sequence[dict]) -> pd.DataFrame:
+    """The columns the analysis reads, as trials.csv holds them (a fresh row's floats to 6 significant
+    digits, as `nas-stab leaderboard` reads them back): the same numbers whether the rows were just
+    trained or read from the file by a resumed search."""
+    from nas_stab.results.rundir import _fmt
+
+    cfg = settings(spec)
+    cols = ["seed", "status", cfg["lr"], cfg["transfer"], cfg["metric"], *[c for c in STABILITY if c != cfg["metric"]]]
+    df = pd.DataFrame([{c: _fmt(r.get(c)) for c in cols} for r in rows], columns=cols)
+    for c in cols:
+        if c != "status":
+            num = pd.to_numeric(df[c].replace("", None), errors="coerce")
+            df[c] = num if c != cfg["transfer"] or num.notna().all() else df[c]
+    return df
+
+
+def analyze_rows(spec, rows: Sequence[dict], *, n_boot: int = 1000):
+    """The leaderboard's analysis of one outer trial's runs (one row: compare left out)."""
+    from nas_stab.results.analysis import analyze
+
+    return analyze(as_stored(spec, rows), n_boot=n_boot, **settings(spec))
+
+
+def evaluate(spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, Any], str]:
+    """(objective values in `search.transfer.objectives` order, or None when one is undefined;
+    user attributes: the row's columns and a stability summary; the reason when None)."""
+    a = analyze_rows(spec, rows)
+    row = a.rows.iloc[0]
+    values = [_num(row.get(o)) for o in spec.search.transfer.objectives]
+    attrs: dict[str, Any] = {"transfers": str(row["transfers"]), "why": str(row["why"])}
+    for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi", "best", "transfer_regret", "transfer_regret_lo",
+              "transfer_regret_hi", "worst_regret", "lr_drift", "lr_drift_lo", "lr_drift_hi", "lr_slope",
+              "lr_sensitivity", "stable_octaves", "diverged", "m0"):
+        v = _num(row.get(c))
+        if v is not None:
+            attrs[c] = v
+    attrs["best_lr"] = {_key(s): _num(lr) for s, lr in row["best_lrs"]}
+    df = a.records
+    cfg = a.settings
+    ok = df["status"].astype(str) == "complete"
+    stab = {}
+    for c in STABILITY:
+        if c in df.columns:
+            per = pd.to_numeric(df.loc[ok, c], errors="coerce").groupby(df.loc[ok, cfg.transfer_key].map(_key)).mean()
+            vals = {str(k): _num(v) for k, v in per.items() if _num(v) is not None}
+            if vals:
+                stab[c] = vals
+    attrs["stability"] = stab
+    attrs["runs_by_status"] = {str(k): int(v) for k, v in df["status"].astype(str).value_counts().items()}
+    missing = [o for o, v in zip(spec.search.transfer.objectives, values) if v is None]
+    if missing:
+        return None, attrs, f"{', '.join(missing)} undefined for these runs ({row['why']})"
+    return values, attrs, ""
+
+
+def _num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _key(v) -> str:
+    f = _num(v)
+    return f"{f:g}" if f is not None else str(v)

@@ -1,0 +1,214 @@
+"""search.transfer (nas_stab/search/transfer.py): outer trials over the architecture, inner size x lr x seed runs.
+
+- each outer trial's objectives equal the leaderboard's own computation on the same records (its row of
+  `nas-stab leaderboard`), and its runs are ordinary trials.csv rows with `outer_trial`;
+- a search stopped at any point (mid outer trial, or between its last record and telling the outer
+  study) resumes without training anything twice and without sampling an open outer trial again;
+- the exponent knobs are the papers' forms: alpha = C^-p (0.5: STAM), tau = L^-p (0.5: 1/sqrt(L));
+- the Pareto front is the non-dominated set; the Ray runner drives the same source (slow).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest_ray import rows, spec_text
+
+TRANSFER = """\
+name: tiny
+seeds: 2
+task: {kind: classification, dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 16, branch_depth: 2}
+train: {optimizer: sgd, lr: 0.1, batch_size: 64, steps: 12, threads: 1}
+stability: {every: 0, hessian: false, probe_batch: 64}
+space:
+  model.branches: [1, 4]
+  train.lr: {log_grid: [0.05, 0.2, 3]}
+  model.aggregation_exponent: {uniform: [0.0, 1.0]}
+search: {sampler: random, trials: 3, objective: val_acc, transfer: {objectives: [transfer_score, best]}}
+runner: {kind: local, concurrency: 1}
+leaderboard: {lr: train.lr, transfer: model.branches}
+logging: {tensorboard: false}
+"""
+RUNS = 3 * 2 * 3 * 2  # outer trials x sizes x lrs x seeds
+
+
+def outer_study(d):
+    import optuna
+
+    from nas_stab.search.optuna_study import make_storage
+
+    return optuna.load_study(study_name="tiny/transfer", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
+
+
+class Stopping:
+    """The transfer source, stopped once as Ctrl-C does (KeyboardInterrupt) when `stop_after` runs are recorded."""
+
+    def __init__(self, spec, storage, stop_after):
+        from nas_stab.search.transfer import TransferSource
+
+        self.src, self.stop_after = TransferSource(spec, storage=storage), stop_after
+        self.total = self.src.total
+
+    def pending(self, records, running):
+        if self.stop_after is not None and len(records) >= self.stop_after:
+            self.stop_after = None
+            raise KeyboardInterrupt
+        return self.src.pending(records, running)
+
+
+def _run(text, out, monkeypatch, stop_after=None):
+    """Run the search (optionally stopped); the keys trained by this call."""
+    from nas_stab.config import loads_spec
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search import plan
+    from nas_stab.search.local import run_local
+
+    trained = []
+    real = plan.run_job
+
+    def counting(spec, params, seed, *a, **kw):
+        trained.append((tuple(sorted(params.items())), seed))
+        return real(spec, params, seed, *a, **kw)
+
+    monkeypatch.setattr(plan, "run_job", counting)
+    spec = loads_spec(text)
+    with RunDir.open(out, spec) as rd:
+        source = None if stop_after is None else Stopping(spec, rd.storage_url, stop_after)
+        run_local(spec, rd, source=source)
+    return trained
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    try:
+        out = tmp_path_factory.mktemp("transfer")
+        _run(TRANSFER, out, mp)
+    finally:
+        mp.undo()
+    return out / "tiny"
+
+
+def test_each_outer_trial_is_scored_by_the_leaderboards_own_analysis(finished):
+    from nas_stab.results.leaderboard import load_analysis
+    from nas_stab.results.pareto import pareto_table
+    from nas_stab.results.reader import read_run
+
+    got = rows(finished)
+    assert len(got) == RUNS and {r["status"] for r in got} == {"complete"}
+    assert sorted({r["outer_trial"] for r in got}) == ["0", "1", "2"]
+    for r in got:  # an inner run's trial number: outer * 1000 + its (size, lr) point
+        assert int(r["trial"]) // 1000 == int(r["outer_trial"])
+    trials = outer_study(finished).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    a, _, _ = load_analysis([finished])  # exactly what `nas-stab leaderboard` computes
+    assert a.settings.compare == ("model.aggregation_exponent",)  # one row per architecture by default
+    table = pareto_table(a, read_run(finished).spec).set_index("outer_trial")
+    for t in trials:
+        row = a.rows[[abs(float(v) - t.params["model.aggregation_exponent"]) < 1e-5 for v in a.rows["model.aggregation_exponent"]]]
+        assert len(row) == 1
+        assert t.values == [pytest.approx(row.iloc[0]["transfer_score"], rel=1e-12, abs=1e-15),
+                            pytest.approx(row.iloc[0]["best"], rel=1e-12, abs=1e-15)]
+        assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
+        assert set(t.user_attrs["stability"]["init_fwd_ratio"]) == {"1", "4"}  # the stability summary, per size
+        assert table.loc[t.number, "transfer_score"] == pytest.approx(t.values[0], rel=1e-12)
+
+
+def test_the_leaderboard_shows_the_pareto_front(finished):
+    from nas_stab.results.leaderboard import build_leaderboard
+
+    written = build_leaderboard([finished], formats=("md", "csv"))
+    assert "plot:pareto" in written and written["plot:pareto"].read_bytes()[:4] == b"\x89PNG"
+    md = (finished / "leaderboard.md").read_text()
+    assert "## Pareto front of the transfer search" in md and "plots/pareto.png" in md
+    assert md.index("## Pareto front") < md.index("## Provenance")
+    assert (finished / "pareto.csv").read_text().startswith("outer_trial,model.aggregation_exponent,transfer_score,best")
+
+
+@pytest.mark.parametrize("stop_after", [12, 17], ids=["between-last-record-and-tell", "mid-outer-trial"])
+def test_a_stopped_transfer_search_resumes_without_training_twice(tmp_path, monkeypatch, finished, stop_after):
+    with pytest.raises(KeyboardInterrupt):
+        first = _run(TRANSFER, tmp_path, monkeypatch, stop_after=stop_after)
+    d = tmp_path / "tiny"
+    before = rows(d)
+    assert len(before) == stop_after
+    open_before = {t.number: t.params for t in outer_study(d).trials if t.state.name == "RUNNING"}
+    assert open_before  # an outer trial was left open: its runs all recorded (12) or some of them (17)
+    second = _run(TRANSFER, tmp_path, monkeypatch)
+    after = rows(d)
+    assert len(second) == RUNS - stop_after  # only what was missing
+    keys = [r["key"] for r in after]
+    assert len(keys) == len(set(keys)) == RUNS
+    assert [r for r in after if r["key"] in {b["key"] for b in before}] == before  # kept as recorded
+    trials = outer_study(d).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3  # the open one continued, none sampled again
+    for n, params in open_before.items():
+        assert trials[n].params == params
+    # the same search uninterrupted gives the same records and values (seeded sampler, keyed runs)
+    strip = lambda rs: sorted((r["key"], r["outer_trial"], r["val_acc"]) for r in rs)  # noqa: E731
+    assert strip(after) == strip(rows(finished))
+    assert [t.values for t in trials] == [t.values for t in outer_study(finished).trials]
+    assert _run(TRANSFER, tmp_path, monkeypatch) == []  # nothing left
+
+
+def test_the_exponent_knobs_are_the_papers_forms():
+    from nas_stab.config import loads_spec, resolve
+    from nas_stab.config.knobs import alpha
+    from nas_stab.models.base import branch_alpha, model_tau, Tau
+
+    for C in (1, 4, 16):
+        assert alpha("sum", C, exponent=0.5) == pytest.approx(alpha("stam", C)) == pytest.approx(C ** -0.5)
+        assert alpha("sum", C, exponent=1.0) == pytest.approx(alpha("avg", C))
+        assert alpha("sum", C, exponent=0.0) == alpha("sum", C) == 1.0
+    spec = loads_spec(TRANSFER)
+    r = resolve(spec, {"model.branches": 16, "model.aggregation_exponent": 0.25, "model.tau_exponent": 0.5})
+    assert branch_alpha(r.model) == pytest.approx(16 ** -0.25)
+    assert float(Tau(model_tau(r.model), 9).value) == pytest.approx(1 / 3)  # tau = L^-0.5 = 1/sqrt(9)
+    r = resolve(spec, {"model.tau_exponent": 1.0, "model.tau_learnable": True})
+    t = Tau(model_tau(r.model), 4, learnable=r.model.tau_learnable)
+    assert t.learnable and float(t.value) == pytest.approx(0.25)
+
+
+def test_pareto_front_is_the_non_dominated_set():
+    import pandas as pd
+
+    from nas_stab.config import loads_spec
+    from nas_stab.results.analysis import Analysis, Settings
+    from nas_stab.results.pareto import pareto_table
+
+    spec = loads_spec(spec_text(TRANSFER, search={"sampler": "random", "trials": 3, "objective": "val_acc",
+                                                   "transfer": {"objectives": ["transfer_score", "lr_drift"]}}))
+    pts = [(0.9, 2.0), (0.8, 0.5), (0.85, 1.0), (0.7, 0.6), (0.9, 2.5), (0.6, float("nan"))]
+    rows_ = pd.DataFrame({"_k": range(len(pts)), "model.aggregation_exponent": [0.1 * i for i in range(len(pts))],
+                          "transfer_score": [p[0] for p in pts], "lr_drift": [p[1] for p in pts],
+                          "transfers": "inconclusive", "why": ""})
+    a = Analysis(settings=Settings("val_acc", "maximize", "train.lr", "model.branches", ("model.aggregation_exponent",),
+                                   None, 0.1, 0.09, ""), rows=rows_, cells=pd.DataFrame(),
+                 records=pd.DataFrame({"_k": range(len(pts)), "outer_trial": range(len(pts))}))
+    t = pareto_table(a, spec)
+    assert sorted(t.loc[t["front"], "outer_trial"]) == [0, 1, 2]  # (0.7, 0.6) is dominated by (0.8, 0.5); 4 by 0
+    assert 5 not in set(t["outer_trial"])  # an undefined objective: not a point
+
+
+@pytest.mark.slow
+def test_a_transfer_search_through_the_ray_runner(tmp_path, finished):
+    from conftest_ray import run_ray_text, start_local_ray
+
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    start_local_ray(2)
+    try:
+        _, d, counts = run_ray_text(spec_text(TRANSFER, runner={"kind": "ray", "concurrency": 2}), tmp_path)
+    finally:
+        ray.shutdown()
+    assert counts == {"complete": RUNS}
+    strip = lambda rs: sorted((r["key"], r["outer_trial"], r["val_acc"]) for r in rs)  # noqa: E731
+    assert strip(rows(d)) == strip(rows(finished))  # the same runs and results as the local runner
+    trials = outer_study(d).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t, u in zip(trials, outer_study(finished).trials):
+        assert t.params == u.params and all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(t.values, u.values))
