@@ -94,7 +94,10 @@ def _old_spec_hash(spec) -> str:
     plain.pop("runner", None)
     plain.pop("leaderboard", None)
     plain.pop("logging", None)  # a section the earlier code did not have
-    plain["search"].pop("bracket", None)  # nor this key (search.sampler: bracket came later)
+    plain["search"].pop("bracket", None)  # nor these keys (search.sampler: bracket came later,
+    plain["search"].pop("transfer", None)  # then search.transfer and the exponent knobs)
+    plain["model"].pop("aggregation_exponent", None)
+    plain["model"].pop("tau_exponent", None)
     plain["space"] = spec.raw.get("space") if spec.raw else None
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
