@@ -5,7 +5,7 @@ A table is a directory of leaderboards/ (not archive/) holding an lr-transfer le
 probe (probe.csv with probe_provenance.txt). Each must have:
 
 - an experiment file in spaces/published/ or spaces/ named after the table;
-- a README.md that cites the paper's figure, table, theorem or appendix it reproduces;
+- a README.md that cites the paper's figure, table, theorem, appendix, section or equation it reproduces;
 - provenance naming a clean commit (no "+dirty", not "unknown");
 - enough seeds: probes >= 5 (they cost seconds); training tables >= 5 when the median run
   costs under a minute, else >= 3;
@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 BOARDS = REPO / "leaderboards"
 AWAITING_REDO = {"stam-branches", "tau-depth", "pathbn", "skip-lambda", "multi30k-rskip"}
-CITES = re.compile(r"\b(Fig(?:ure)?\.?|Table|Theorem|Appendix|appendix)\s*[A-Z]?\d", re.I)
+CITES = re.compile(r"\b(Fig(?:ure)?\.?|Table|Theorem|Appendix|Section|Equations?|eq\.)\s*\(?[A-Z]?\d", re.I)
 MLPS = ("mlp", "mlp_resnet")
 
 
@@ -54,7 +54,7 @@ def problems(table: Path, repo: Path = REPO) -> list[str]:
     if not readme.exists():
         out.append("no README.md")
     elif not CITES.search(readme.read_text(encoding="utf-8")):
-        out.append("README.md cites no figure, table, theorem or appendix of a paper")
+        out.append("README.md cites no figure, table, theorem, appendix, section or equation of a paper")
     lb, probe = table / "leaderboard.csv", table / "probe.csv"
     if not lb.exists() and not probe.exists():
         return out + ["neither leaderboard.csv nor probe.csv"]
