@@ -119,6 +119,21 @@ def test_nan_in_metrics_is_divergence_not_crash(tmp_path, monkeypatch):
     assert r.status == "diverged" and r.diverged_step is not None and "non-finite" in r.error
 
 
+def test_nan_at_the_final_validation_is_divergence(monkeypatch):
+    """With no validation before the end (eval_every beyond the run), a non-finite final validation
+    is divergence too, not a complete run with nan metrics."""
+    from nas_stab.tasks.classification import Classification
+    from nas_stab.training import train_run
+
+    spec = loads_spec(TINY, overrides=["train.eval_every=1000000"])
+    real = Classification.evaluate
+    monkeypatch.setattr(Classification, "evaluate",
+                        lambda self, model, split: {k: math.nan for k in real(self, model, split)})
+    r = train_run(spec, 0)
+    assert r.status == "diverged" and "non-finite" in r.error and r.diverged_step is not None
+    assert not any(isinstance(v, float) and math.isnan(v) for k, v in r.metrics.items() if k.startswith("val_"))
+
+
 def test_nan_parameters_at_init_never_crash(monkeypatch):
     import torch
 

@@ -125,7 +125,7 @@ class TrainConfig:
     scalar_lr_mult: float = _f(0.1, "lr multiplier of scalar parameters (learnable tau, Fixup biases)", gt=0)
     scalar_weight_decay: Optional[float] = _f(None, "weight decay of scalar parameters (learnable tau, Fixup biases and multipliers); default: train.weight_decay", ge=0)
     label_smoothing: float = _f(0.0, ge=0, lt=1)
-    eval_every: Optional[int] = _f(None, "steps between validation evaluations; default (null): 10 per run when search.pruner is set (the pruner's reports), otherwise once, at the end", ge=1)
+    eval_every: Optional[int] = _f(None, "steps between validation evaluations (default: 10 per run)", ge=1)
     eval_batch: int = _f(1024, ge=1)
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
     threads: Optional[int] = _f(None, "torch threads per trial (default: cpus / concurrency)", ge=1, le=1024)

@@ -103,14 +103,12 @@ def seed_everything(seed: int) -> None:
 def cadences(spec, total: int) -> tuple[int, int]:
     """(steps between validations, steps between stability snapshots) of a `total`-step run.
 
-    Defaults (docs/experiment-file.md): validations 10 per run when a pruner reads them
-    (`search.pruner`), otherwise only the one at the end (a run's metrics come from that one);
-    snapshots 10 per run. Each costs about as much as 2-4 training steps, so a fixed count per run
-    keeps their share of a run's time small whatever its length (every 50 steps, the earlier
-    default, cost ~8% of a 1500-step run)."""
+    Defaults (docs/experiment-file.md): validations 10 per run (the pruner's reports, Optuna's
+    intermediate values and the validation curves); snapshots 10 per run. A snapshot costs about as
+    much as 2-4 training steps, so a fixed count per run keeps its share of a run's time small
+    whatever its length (every 50 steps, the earlier default, cost ~8% of a 1500-step run)."""
     t, st = spec.train, spec.stability
-    pruning = getattr(getattr(getattr(spec, "search", None), "pruner", None), "name", "none") != "none"
-    eval_every = t.eval_every or (max(1, total // 10) if pruning else total)
+    eval_every = t.eval_every or max(1, total // 10)
     snap_every = st.every if st.every is not None else max(1, total // 10)
     return eval_every, snap_every
 
@@ -219,10 +217,16 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         step = rule.step
     if result.status == "complete":
         final_val = task.evaluate(model, "val")
-        metrics.update(final_val)
-        history.setdefault(total, {"step": total}).update(final_val)  # the last validation point is in the history too
-        metrics.update(task.evaluate(model, "test"))
-        metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
+        if any(not math.isfinite(v) for v in final_val.values()):  # as a mid-run validation: divergence, data
+            rule.check_finite(math.nan, total, "validation metric",
+                              explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
+            result.status, result.diverged_step, result.error = "diverged", rule.step, rule.reason
+            step = rule.step
+        else:
+            metrics.update(final_val)
+            history.setdefault(total, {"step": total}).update(final_val)  # the last validation point is in the history too
+            metrics.update(task.evaluate(model, "test"))
+            metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
     if result.status in ("complete", "pruned"):
         snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
         metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
