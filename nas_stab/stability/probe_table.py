@@ -53,13 +53,7 @@ def columns(rows: list[dict], keys: list[str]) -> list[str]:
 
 def write_slopes(path: Path, rows: list[dict], line_keys: list[str]) -> None:
     """probe_slopes.csv: one row per table row and metric (empty when fewer than two sizes were probed)."""
-    cols = [*line_keys, "metric", "slope", "lo", "hi", "sizes", "seeds"]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: _csv(r.get(k)) for k in cols})
-    path.write_text(buf.getvalue())
+    _write_rows(path, rows, [*line_keys, "metric", "slope", "lo", "hi", "sizes", "seeds"])
 
 
 def provenance_text(spec, seeds: list, steps: int, started, seconds: float, n_rows: int, command: str | None) -> str:
@@ -90,7 +84,10 @@ def provenance_text(spec, seeds: list, steps: int, started, seconds: float, n_ro
 
 
 def write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
-    cols = columns(rows, keys)
+    _write_rows(path, rows, columns(rows, keys))
+
+
+def _write_rows(path: Path, rows: list[dict], cols: list[str]) -> None:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
