@@ -172,3 +172,21 @@ def test_the_plot_marks_pruned_cells_apart_from_diverged_ones():
     assert at["pruned"] == [(x, 0.5)]  # size 1's pruned cell, where its runs stopped
     assert at["diverged"] == [(x, 0.1)]  # size 2's diverged cell, at m0; not marked pruned
     assert PRUNED_MARKER == "v"
+
+
+def test_status_of_a_bracket_run_counts_the_sweeps_not_ended(tmp_path):
+    """`nas-stab status` on a bracket search: no planned total (it is decided as results come in), but how
+    many sweeps have not ended, replayed from the records; it never fails on `search.trials` being unset."""
+    from nas_stab.results.status import status_text
+
+    d = bracket_run(tmp_path)
+    text = status_text(d)
+    assert "bracket: 0 learning-rate sweep(s) not ended yet" in text and "not ended:" not in text
+    t = pd.read_csv(d / "trials.csv")
+    last = t[(t["model.aggregation"] == "sum") & (t["model.branches"] == 1)].index[-1]
+    t.drop(index=last).to_csv(d / "trials.csv", index=False)  # the search stopped mid-round
+    text = status_text(d)
+    assert "bracket: 1 learning-rate sweep(s) not ended yet" in text
+    assert "1 sweep(s) not ended: rerun `nas-stab run`" in text
+    t[t["model.aggregation"] == "sum"].to_csv(d / "trials.csv", index=False)  # stam's sweeps never started
+    assert "bracket: 2 learning-rate sweep(s) not ended yet" in status_text(d)  # sum's are both ended

@@ -33,24 +33,51 @@ def status_text(run_dir: Path) -> str:
         planned = spec.search.trials * inner * len(spec.seeds)
     elif spec.search.sampler == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
+    elif spec.search.sampler == "bracket":  # the total is decided as results come in
+        planned = None
     else:
         planned = spec.search.trials * len(spec.seeds)
     done = len(rows)
-    lines = [f"{spec.name}: {done}/{planned} runs finished"]
+    open_sweeps = _open_sweeps(run) if planned is None else 0
+    if planned is None:
+        lines = [f"{spec.name}: {done} runs finished; bracket: {open_sweeps} learning-rate sweep(s) not ended yet"]
+    else:
+        lines = [f"{spec.name}: {done}/{planned} runs finished"]
     lines.append("  " + "  ".join(f"{k} {v}" for k, v in counts.items()))
     if best:
         v, r = best
         params = ", ".join(f"{d.key}={r.get(d.key)}" for d in spec.space)
         lines.append(f"  best {spec.search.objective} {v:.4g}: trial {r['trial']} seed {r['seed']} ({params})")
-    left = (used / done) * max(0, planned - done) if done else float("nan")
+    left = (used / done) * max(0, planned - done) if done and planned is not None else float("nan")
     alive = driver_alive(run_dir)
     if alive:
         lines.append(f"  running now (a nas-stab driver holds the run directory); time used {used:.1f} s"
-                     + (f", ~{left:.0f} s left" if done and planned > done else ""))
+                     + (f", ~{left:.0f} s left" if done and planned is not None and planned > done else ""))
     else:
-        rest = f"; {planned - done} runs not trained yet: rerun `nas-stab run` with the same file to finish" if planned > done else ""
+        if planned is None:
+            rest = (f"; {open_sweeps} sweep(s) not ended: rerun `nas-stab run` with the same file to finish"
+                    if open_sweeps else "")
+        else:
+            rest = f"; {planned - done} runs not trained yet: rerun `nas-stab run` with the same file to finish" if planned > done else ""
         lines.append(f"  not running (no driver holds the run directory); time used {used:.1f} s{rest}")
     return "\n".join(lines)
+
+
+def _open_sweeps(run) -> int:
+    """The bracket sweeps (configurations of the keys other than the learning rate) that have not ended,
+    replayed from the records as the leaderboard does (`leaderboard.with_bracket_ends`)."""
+    from nas_stab.results.leaderboard import with_bracket_ends
+    from nas_stab.search.bracket import BracketSource
+
+    trials = run.trials
+    if trials is None or len(trials) == 0:
+        return len(BracketSource(run.spec).sweeps)
+    ends = with_bracket_ends(run, trials, run.spec.leaderboard.lr)
+    rest = [k for k in run.spec.space.keys if k != run.spec.leaderboard.lr]
+    open_ = ends[ends["bracket_end"] == "unfinished"]
+    started = ends[rest].astype(str).drop_duplicates().shape[0] if rest else 1
+    unstarted = max(0, len(BracketSource(run.spec).sweeps) - started)
+    return (open_[rest].astype(str).drop_duplicates().shape[0] if rest else int(len(open_) > 0)) + unstarted
 
 
 def driver_alive(run_dir: Path) -> bool:
