@@ -143,8 +143,9 @@ def cmd_validate(args) -> int:
     print("---")
     n_seeds = len(spec.seeds)
     if spec.search.transfer is not None:
-        lb = spec.leaderboard
-        inner = len(spec.space.values_of(spec.space.get(lb.transfer))) * len(spec.space.values_of(spec.space.get(lb.lr)))
+        from nas_stab.search.transfer import inner_points
+
+        inner = len(inner_points(spec))
         runs = spec.search.trials * inner * n_seeds
         print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {inner} sizes x lrs x "
               f"{n_seeds} seed(s) = {runs} runs (search.transfer: {', '.join(spec.search.transfer.objectives)})")

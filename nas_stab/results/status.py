@@ -28,9 +28,9 @@ def status_text(run_dir: Path) -> str:
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
     if getattr(spec.search, "transfer", None) is not None:  # outer trials x sizes x lrs x seeds
-        lb = spec.leaderboard
-        inner = len(spec.space.values_of(spec.space.get(lb.transfer))) * len(spec.space.values_of(spec.space.get(lb.lr)))
-        planned = spec.search.trials * inner * len(spec.seeds)
+        from nas_stab.search.transfer import inner_points
+
+        planned = spec.search.trials * len(inner_points(spec)) * len(spec.seeds)
     elif spec.search.sampler == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
     elif spec.search.sampler == "bracket":  # the total is decided as results come in
@@ -69,15 +69,15 @@ def _open_sweeps(run) -> int:
     from nas_stab.results.leaderboard import with_bracket_ends
     from nas_stab.search.bracket import BracketSource
 
+    total = len(BracketSource(run.spec).sweeps)
     trials = run.trials
     if trials is None or len(trials) == 0:
-        return len(BracketSource(run.spec).sweeps)
+        return total
     ends = with_bracket_ends(run, trials, run.spec.leaderboard.lr)
+    ended = ends[~ends["bracket_end"].isin(["unfinished", ""])]
     rest = [k for k in run.spec.space.keys if k != run.spec.leaderboard.lr]
-    open_ = ends[ends["bracket_end"] == "unfinished"]
-    started = ends[rest].astype(str).drop_duplicates().shape[0] if rest else 1
-    unstarted = max(0, len(BracketSource(run.spec).sweeps) - started)
-    return (open_[rest].astype(str).drop_duplicates().shape[0] if rest else int(len(open_) > 0)) + unstarted
+    n_ended = ended[rest].astype(str).drop_duplicates().shape[0] if rest else int(len(ended) > 0)
+    return total - n_ended
 
 
 def driver_alive(run_dir: Path) -> bool:

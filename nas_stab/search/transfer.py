@@ -35,6 +35,13 @@ from nas_stab.search.plan import Job
 MAX_POINTS = 1000  # inner grid points (sizes x lrs) at most
 
 
+def inner_points(spec) -> list[dict]:
+    """The inner grid of every outer trial: each {size, learning rate} of `space:` (sizes x lrs)."""
+    lb = spec.leaderboard
+    dims = [spec.space.get(lb.transfer), spec.space.get(lb.lr)]
+    return [{lb.transfer: s, lb.lr: lr} for s, lr in itertools.product(*(spec.space.values_of(d) for d in dims))]
+
+
 def study_name(spec) -> str:
     return f"{spec.name}/transfer"
 
@@ -70,9 +77,7 @@ class TransferSource:
         self.spec, self.log = spec, log or (lambda msg: None)
         lb = spec.leaderboard
         self.lr_key, self.size_key = lb.lr, lb.transfer
-        inner = [spec.space.get(self.size_key), spec.space.get(self.lr_key)]
-        self.points = [{self.size_key: s, self.lr_key: lr}
-                       for s, lr in itertools.product(*(spec.space.values_of(d) for d in inner))]
+        self.points = inner_points(spec)
         if len(self.points) > MAX_POINTS:
             raise ValueError(f"search.transfer: {len(self.points)} sizes x learning rates; at most {MAX_POINTS}")
         self.outer_dims = [d for d in spec.space if d.key not in (self.lr_key, self.size_key)]
