@@ -113,6 +113,24 @@ def test_samplers_run_seeds_and_report_mean(tmp_path, sampler):
     assert t0.value == pytest.approx(sum(vals) / len(vals), rel=1e-4)
 
 
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_resumed_seeded_search_does_not_replay_its_first_draws(tmp_path, sampler):
+    # a sampler rebuilt with the spec's seed on resume drew the same first values again: a random
+    # search stopped after 2 of 4 trials trained trial 0's and trial 1's configurations a second time
+    text = TINY.replace("steps: 20", "steps: 2").replace(
+        "  train.lr: [0.01, 0.05]", "  train.lr: {loguniform: [0.001, 0.1]}"
+    ) + f"search: {{sampler: {sampler}, trials: 4, seed: 7}}\n"
+    spec, d, _ = run(text, tmp_path, trials=2)
+    assert len(rows(d)) == 2
+    run(text, tmp_path)
+    got = [(x["model.branches"], x["train.lr"]) for x in sorted(rows(d), key=lambda x: int(x["trial"]))]
+    assert len(got) == 4 and len(set(got)) == 4, got
+    # and the same interruption gives the same configurations (a resumed search stays reproducible)
+    spec, d2, _ = run(text.replace("name: tiny", "name: tiny2"), tmp_path, trials=2)
+    run(text.replace("name: tiny", "name: tiny2"), tmp_path)
+    assert [(x["model.branches"], x["train.lr"]) for x in sorted(rows(d2), key=lambda x: int(x["trial"]))] == got
+
+
 def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
     spec_path = tmp_path / "tiny.yaml"
     spec_path.write_text(TINY.replace("steps: 20", "steps: 400").replace("[1, 2]", "[1, 2, 3]"))

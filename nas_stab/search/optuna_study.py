@@ -110,7 +110,7 @@ def create_study(spec, storage: str, study_name: str | None = None, *, load_if_e
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
+    study = optuna.create_study(
         study_name=study_name or spec.name,
         storage=make_storage(storage),
         sampler=make_sampler(spec.search.sampler, spec.search.seed),
@@ -118,6 +118,24 @@ def create_study(spec, storage: str, study_name: str | None = None, *, load_if_e
         direction=objective_direction(spec),
         load_if_exists=load_if_exists,
     )
+    resume_seed(study, spec.search.sampler, spec.search.seed)
+    return study
+
+
+def resume_seed(study, name: str, seed: int) -> None:
+    """Reseed a resumed study's sampler with `seed` + its trial count.
+
+    A sampler rebuilt with the experiment's seed draws its first values again: a random search
+    stopped after n trials would train its first configurations a second time (TPE's random
+    start-up trials likewise). The offset keeps a resumed search reproducible: the same
+    interruption point gives the same draws. QMC is left alone: its scramble is the seed and it
+    continues its sequence from the trial count in the storage.
+    """
+    if name in ("qmc", "grid", "bracket"):
+        return
+    n = len(study.get_trials(deepcopy=False))
+    if n:
+        study.sampler = make_sampler(name, seed + n)
 
 
 def make_storage(url: str) -> Any:
