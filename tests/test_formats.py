@@ -41,7 +41,7 @@ def built(tmp_path_factory):
 def test_every_format_written_with_provenance(built):
     d, paths = built
     assert {"md", "csv", "cells_csv", "sizes_csv", "provenance", "tex", "html", "plot:lr_transfer", "plot:optimum_transfer",
-            "plot:divergence", "plot:fwd_norm_init"} <= set(paths)
+            "plot:divergence", "plot:fwd_norm_init", "plot:loss_curves"} <= set(paths)
     for kind, p in paths.items():
         assert p.is_file() and p.stat().st_size > 0, kind
         assert p.parent in (d, d / "plots")

@@ -18,7 +18,7 @@ Example:
     >>> from pathlib import Path
     >>> paths = build_leaderboard([Path("runs/quickstart")], formats=("md", "html"))  # doctest: +SKIP
     >>> sorted(paths)  # doctest: +SKIP
-    ['html', 'md', 'plot:divergence', 'plot:fwd_norm_init', 'plot:lr_transfer', 'plot:optimum_transfer']
+    ['html', 'md', 'plot:divergence', 'plot:fwd_norm_init', 'plot:loss_curves', 'plot:lr_transfer', 'plot:optimum_transfer']
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ PLOTS = {
     "optimum_transfer": "transfer plot: fitted optimum log2(lr) vs log2(size), one line per row, interval band, fitted slope",
     "fwd_norm_init": "forward RMS norm per block at init, across sizes",
     "divergence": "divergence map: fraction of runs diverged (size x lr)",
+    "loss_curves": "training loss over steps at each size's best lr (median over seeds, min-max band)",
 }
 
 
@@ -400,6 +401,7 @@ def build_leaderboard(
             "optimum_transfer": lambda: _plots.optimum_plot(a),
             "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)),
             "divergence": lambda: _plots.divergence_plot(a, "diverged_why" if "diverged_why" in a.records.columns else None),
+            "loss_curves": lambda: _plots.loss_curve_plot(a, _plots.loss_curves(a, history)),
         }
         for name, draw in figures.items():
             png = draw()

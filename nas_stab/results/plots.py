@@ -19,6 +19,9 @@
   one panel per row label; without a transfer axis one map, row label x
   learning rate. The figure grows with the grid, tick labels are thinned to
   fit, and cells carry their percentage only when it fits.
+- `loss_curve_plot`: training loss over steps at each size's best learning rate
+  (history column ``train_loss``, binned), the median over seeds with a min-max
+  band, one line per size, one panel per row label; a cross where a run diverged.
 
 Panel titles name the row by its values, with the keys shortened to their last
 dotted part (``skip=rskip_ln, skip_lambda=2``; the full keys are in the figure
@@ -28,7 +31,7 @@ layout, so no title, label or legend is cut off.
 Each ``*_plot`` returns PNG bytes, or None when there is nothing to draw; the
 matching ``*_figure`` returns the matplotlib Figure (for tests and notebooks).
 This module draws the transfer and optimum plots and re-exports the others
-(`plot_divergence.py`, `plot_norms.py`); `_plotbase.py` holds what they share.
+(`plot_divergence.py`, `plot_norms.py`, `plot_curves.py`); `_plotbase.py` holds what they share.
 """
 from __future__ import annotations
 
@@ -43,9 +46,11 @@ from nas_stab.results._plotbase import (
 )
 from nas_stab.results.plot_divergence import divergence_figure, divergence_plot
 from nas_stab.results.plot_norms import fwd_norm_figure, fwd_norm_plot, init_fwd_norms
+from nas_stab.results.plot_curves import loss_curve_figure, loss_curve_plot, loss_curves
 
 __all__ = [
-    "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "optimum_figure",
+    "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "loss_curve_figure",
+    "loss_curve_plot", "loss_curves", "optimum_figure",
     "optimum_plot", "transfer_figure", "transfer_plot",
 ]
 
