@@ -163,3 +163,35 @@ def test_status_opens_a_run_made_before_the_lr_rule(tmp_path):
     p = tmp_path / "old.yaml"
     p.write_text(old)
     assert main(["validate", str(p), "--no-timing"]) == 2
+
+
+def test_a_fixed_lr_is_a_comparison_across_sizes_and_two_lrs_an_error(tmp_path, capsys):
+    """lr left out of space: the sizes are compared at one lr (a warning says every verdict is inconclusive);
+    lr searched with two values: an error naming the file, line and key (every optimum is at a grid end)."""
+    from nas_stab.config import loads_spec
+    from nas_stab.config.rules import leaderboard_warnings
+
+    fixed = SPEC.replace("seeds: 1", "seeds: 3").replace("  train.lr: [0.01, 0.03, 0.1]\n", "")
+    warns = leaderboard_warnings(loads_spec(fixed))
+    assert len(warns) == 1 and "not searched" in warns[0] and "'inconclusive' (one lr)" in warns[0]
+    p = tmp_path / "fixed.yaml"
+    p.write_text(fixed)
+    assert main(["validate", str(p), "--no-timing"]) == 0
+    assert capsys.readouterr().err.count("warning:") == 1
+    two = tmp_path / "two.yaml"
+    two.write_text(SPEC.replace("[0.01, 0.03, 0.1]", "[0.01, 0.03]"))
+    assert main(["validate", str(two), "--no-timing"]) != 0
+    err = capsys.readouterr().err
+    assert f"{two}:" in err and "leaderboard.lr" in err and "only 2 value(s)" in err
+
+
+def test_a_fixed_lr_table_ranks_by_the_metric_and_says_one_lr(tmp_path):
+    from nas_stab.results.leaderboard import build_leaderboard
+
+    t = {(lab, s, 0.001): [v + 0.01 * k for k in range(3)]
+         for lab, v in (("sum", 0.5), ("stam", 0.8)) for s in (3, 10)}
+    spec = spec_dict(space={"model.branches": [3, 10], "model.aggregation": ["sum", "stam"]})
+    run = make_run(tmp_path, grid_rows(t), spec=spec)
+    out = pd.read_csv(build_leaderboard([run], formats=("csv",), plots=False)["csv"])
+    assert out["label"].tolist() == ["stam", "sum"]  # ranked by the metric at the one lr
+    assert (out["transfers"] == "inconclusive").all() and out["why"].str.contains("one lr").all()

@@ -248,12 +248,14 @@ def _check_axes(spec, ctx: Ctx) -> None:
         raise ctx.error(("leaderboard", "transfer"), f"{lb.transfer!r} {got}: the size axis of an lr-transfer "
                         f"leaderboard must be a key of space: with at least 2 values")
     d = spec.space.get(lb.lr)
-    if spec.search.sampler == "bracket" and d is not None:
+    if d is None:
+        return  # a fixed learning rate: the table compares the sizes at it (leaderboard_warnings says so)
+    if spec.search.sampler == "bracket":
         return  # a coarse start: the sampler adds learning rates until each optimum is bracketed
-    if d is None or _n_values(d) < 3:
-        got = "is not searched" if d is None else f"is searched with only {_n_values(d)} value(s)"
-        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} {got}: an lr-transfer leaderboard needs the learning rate "
-                        f"searched with at least 3 values (with fewer, every optimum lies at the grid's end)")
+    if _n_values(d) < 3:
+        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is searched with only {_n_values(d)} value(s): an lr-transfer "
+                        f"leaderboard needs the learning rate searched with at least 3 values (with fewer, every "
+                        f"optimum lies at the grid's end); leave it out of space: to compare the sizes at one fixed lr")
 
 
 def leaderboard_warnings(spec) -> list[str]:
@@ -271,7 +273,11 @@ def leaderboard_warnings(spec) -> list[str]:
                    "and stops those that are merely slower (the table counts them as failures); "
                    "pruner sweep compares a run only with the other learning rates of its own configuration")
     d = spec.space.get(lb.lr)
-    if spec.search.sampler == "bracket":
+    if d is None:
+        out.append(f"leaderboard.lr: {lb.lr} is not searched, so the table compares the sizes at one fixed learning "
+                   "rate (a figure such as the tau paper's Figure 1), not an lr-transfer test: every verdict is "
+                   "'inconclusive' (one lr) and the ranking is by the metric at that lr")
+    elif spec.search.sampler == "bracket":
         res = spec.search.bracket.resolution_octaves
         if res > 1 + 1e-9:
             out.append(f"search.bracket.resolution_octaves: {res:g} octaves is coarser than 1 octave; optima between "
