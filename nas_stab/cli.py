@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
     r.add_argument("--runner", choices=["local", "ray"], help="override runner.kind")
     r.add_argument("--address", help="Ray cluster address (with --runner ray): auto, HOST:PORT, or ray://HOST:PORT (Ray Client)")
-    r.add_argument("--trials", type=int, help="override search.trials (grid: run only the first N runs)")
+    r.add_argument("--trials", type=int, help="override search.trials: a total, so a rerun with the same N trains nothing more (grid: its first N runs; bracket: N runs; samplers: N trials; a transfer search: N outer trials)")
     r.add_argument("--fresh", action="store_true", help="move an existing run of this name aside and start over")
     r.set_defaults(func=cmd_run)
 

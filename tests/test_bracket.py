@@ -258,3 +258,20 @@ def test_a_rounded_log_grid_start_is_never_trained_twice():
     assert len(started) == 2 * len(lrs)
     (end,) = src.report(records)
     assert end.end == "bracketed" and octaves(end.best_lr, 0.07) < 0.3
+
+
+def test_trials_is_a_total_across_calls_as_for_a_grid():
+    """`nas-stab run --trials N` on a bracket search: N runs in all. A second call with the same N
+    trains nothing (it handed out N new runs per call before, unlike a grid's first N runs);
+    a larger N carries on where the records stop, and the result equals one uninterrupted call."""
+    text = SPEC.format(seeds=2, depths=[2, 4], start=[0.01, 0.1], limits=[1e-4, 10])
+    record = objective({2: 0.3, 4: 0.03})
+    first, started = drive(BracketSource(loads_spec(text), limit=5), record)
+    assert len(started) == 5
+    again, started = drive(BracketSource(loads_spec(text), limit=5), record, first)
+    assert started == [] and again == first
+    more, started = drive(BracketSource(loads_spec(text), limit=9), record, first)
+    assert len(started) == 4 and len(more) == 9
+    whole, _ = drive(BracketSource(loads_spec(text)), record)
+    rest, _ = drive(BracketSource(loads_spec(text)), record, more)
+    assert sorted(r["key"] for r in rest) == sorted(r["key"] for r in whole)

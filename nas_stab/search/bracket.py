@@ -90,8 +90,9 @@ def _sig(v: Any) -> Any:
 class BracketSource:
     """The job source of `search.sampler: bracket` (see the module docstring).
 
-    `limit` (`nas-stab run --trials N`) hands out at most N new runs in this call, then says
-    nothing more will come; the next call carries on from the records.
+    `limit` (`nas-stab run --trials N`) is the number of runs in all, as for a grid (its first N
+    runs) and a sampler (N trials): once N runs are recorded or running it says nothing more will
+    come, so a rerun with the same N trains nothing and one with a larger N carries on.
     """
 
     def __init__(self, spec, limit: int | None = None):
@@ -113,7 +114,6 @@ class BracketSource:
             sweeps.setdefault(sig, (rest, []))[1].append(float(point[self.lr_key]))
         self.sweeps = [(rest, tuple(sorted(set(lrs)))) for rest, lrs in sweeps.values()]
         self.limit = limit
-        self._initial: set[str] | None = None  # keys recorded before this call (for `limit`)
         self._jobs: dict[tuple[int, float], list[Job]] = {}
         self._decisions: dict[tuple, _Decision] = {}
 
@@ -128,10 +128,7 @@ class BracketSource:
             busy |= bool(todo)
             out += [j for j in todo if j.key not in running]
         if self.limit is not None:
-            if self._initial is None:
-                self._initial = set(recs)
-            started = (set(recs) - self._initial) | set(running)  # runs this call has started
-            room = self.limit - len(started)
+            room = self.limit - len(set(recs) | set(running))
             if room <= 0:
                 return None
             out = out[:room]
