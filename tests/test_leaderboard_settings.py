@@ -173,7 +173,7 @@ def test_a_fixed_lr_is_a_comparison_across_sizes_and_two_lrs_an_error(tmp_path, 
 
     fixed = SPEC.replace("seeds: 1", "seeds: 3").replace("  train.lr: [0.01, 0.03, 0.1]\n", "")
     warns = leaderboard_warnings(loads_spec(fixed))
-    assert len(warns) == 1 and "not searched" in warns[0] and "'inconclusive' (one lr)" in warns[0]
+    assert len(warns) == 1 and "not searched" in warns[0] and "'inconclusive' (one lr)" in warns[0] and "never 'yes'" in warns[0]
     p = tmp_path / "fixed.yaml"
     p.write_text(fixed)
     assert main(["validate", str(p), "--no-timing"]) == 0

@@ -78,7 +78,10 @@ def test_a_diverged_run_ends_at_its_last_finite_loss_with_a_mark(tmp_path):
     marks = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
     assert len(marks) == 1 and marks[0].get_xdata()[0] == 120
     assert ax.get_yscale() == "log"
-    assert len([ln for ln in ax.get_lines() if ln.get_marker() != "x"]) == len(SIZES)  # one line per size
+    solid = [ln for ln in ax.get_lines() if ln.get_marker() != "x" and ln.get_linestyle() == "-"]
+    dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert len(solid) == len(SIZES)  # one line per size, while every seed runs
+    assert len(dashed) == 1 and min(dashed[0].get_xdata()) > 120  # size 4 after its seed 2 diverged
 
 
 def test_the_leaderboard_writes_and_links_the_curves(tmp_path):
@@ -94,3 +97,25 @@ def test_no_curves_without_histories(tmp_path):
     a, _, _ = load_analysis([d], n_boot=20)
     assert plots.loss_curves(a, {}).empty
     assert plots.loss_curve_plot(a, plots.loss_curves(a, {})) is None
+
+
+def test_a_run_that_diverged_before_any_finite_loss_is_still_drawn(tmp_path):
+    """A forward explosion at init leaves no finite loss: the run is counted (the survivors' median goes
+    dashed, it is no longer every seed's) and its cross sits on the top edge, not silently dropped."""
+    d = _run(tmp_path)
+    trials = pd.read_csv(d / "trials.csv")
+    i = int(trials.index[(trials["model.branches"] == 4) & (trials["train.lr"] == 0.1) & (trials["seed"] == 1)][0])
+    trials.loc[i, "status"], trials.loc[i, "diverged_step"] = "diverged", 1
+    trials.to_csv(d / "trials.csv", index=False)
+    pd.DataFrame({"step": [0, 1], "train_loss": [np.nan, np.inf]}).to_csv(d / "history" / f"r{i:04d}.csv", index=False)
+    a, _, _ = load_analysis([d], n_boot=20)
+    c = plots.loss_curves(a, {"0": d / "history"}, points=20)
+    gone = c[c["diverged"] & c["loss"].isna()]
+    assert len(gone) == 1 and gone["step"].iloc[0] == 1
+    fig = plots.loss_curve_figure(a, c)
+    ax = [x for x in fig.axes if x.get_visible() and x.get_title()][0]
+    top = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    assert len(top) == 1 and top[0].get_ydata()[0] >= ax.get_ylim()[1] * 0.999
+    dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert len(dashed) == 1  # size 4: two seeds left of three, from the first step
+    assert "dashed" in fig._suptitle.get_text()

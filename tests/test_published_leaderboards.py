@@ -12,7 +12,8 @@ probe (probe.csv with probe_provenance.txt). Each must have:
 - training tables: a learning-rate grid no coarser than half an octave around each optimum
   (`grid_step` <= 0.5) and every optimum that trains bracketed (not censored at a grid end);
   except a fixed-lr figure (the experiment does not search `leaderboard.lr`, as the tau paper's
-  Figure 1 at lr 0.001): it makes no transfer claim, and every verdict in it must be `inconclusive`;
+  Figure 1 at lr 0.001): it can show that the one lr fails a size (`no`) but never that it
+  transfers, so no verdict in it may be `yes`;
 - MNIST MLP tables ranked by accuracy: a best validation accuracy of at least 0.95 (trained long enough).
 
 The previous generation of tables (AWAITING_REDO) predates the protocol: each is expected to
@@ -88,8 +89,8 @@ def _leaderboard_problems(table: Path, spec_file: Path | None) -> list[str]:
     fixed_lr = spec_file is not None and lr_key not in (spec.get("space") or {})
     if fixed_lr:
         for r in rows:
-            if r.get("transfers") != "inconclusive":
-                out.append(f"row {r.get('label', '?')}: a fixed-lr table says transfers {r.get('transfers')!r}")
+            if r.get("transfers") == "yes":
+                out.append(f"row {r.get('label', '?')}: a fixed-lr table says transfers 'yes'")
     trials = _rows(table / "trials.csv") if (table / "trials.csv").exists() else []
     walls = [float(t["wall_s"]) for t in trials if t.get("wall_s") not in (None, "")]
     need = 5 if walls and statistics.median(walls) < 60 else 3
@@ -181,14 +182,14 @@ def test_the_check_finds_each_violation(tmp_path):
 
 def test_a_fixed_lr_figure_is_held_to_seeds_and_provenance_not_to_lr_bracketing(tmp_path):
     """The tau paper's Figure 1 trains at one lr: no grid to bracket, no accuracy floor for a loss
-    table, but any verdict other than inconclusive would be a transfer claim it cannot make."""
+    table, but a `yes` would be a transfer claim it cannot make (a `no`, the lr failing a size, it can)."""
     repo = tmp_path
     _write(repo / "spaces" / "published" / "f.yaml", "name: f\ntask: {dataset: {name: mnist}}\nmodel: {arch: mlp_resnet}\n"
            "space: {model.depth: [3, 10]}\nleaderboard: {transfer: model.depth, metric: train_loss}\n")
     t = repo / "leaderboards" / "f"
     _write(t / "README.md", "Beside the paper's Figure 1.\n")
     _write(t / "leaderboard_provenance.txt", "spec: f\nseeds: 0, 1, 2, 3, 4\nnas_stab: 0.1.0 (commit 1234567abcde)\n")
-    _write(t / "leaderboard.csv", "rank,label,seeds,grid_step,best,transfers\n1,a,5,0.0,0.03,inconclusive\n")
+    _write(t / "leaderboard.csv", "rank,label,seeds,grid_step,best,transfers\n1,a,5,0.0,0.03,inconclusive\n2,b,5,0.0,0.5,no\n")
     _write(t / "leaderboard_sizes.csv", "label,x,model.depth,x_star,censored,trains\na,a,3,-10,=,True\n")
     _write(t / "trials.csv", "wall_s\n5\n5\n")
     assert problems(t, repo) == []

@@ -275,8 +275,8 @@ def leaderboard_warnings(spec) -> list[str]:
     d = spec.space.get(lb.lr)
     if d is None:
         out.append(f"leaderboard.lr: {lb.lr} is not searched, so the table compares the sizes at one fixed learning "
-                   "rate (a figure such as the tau paper's Figure 1), not an lr-transfer test: every verdict is "
-                   "'inconclusive' (one lr) and the ranking is by the metric at that lr")
+                   "rate (a figure such as the tau paper's Figure 1), not an lr-transfer test: a verdict is "
+                   "'inconclusive' (one lr), or 'no' for a size that does not train at that lr, never 'yes'")
     elif spec.search.sampler == "bracket":
         res = spec.search.bracket.resolution_octaves
         if res > 1 + 1e-9:
