@@ -212,3 +212,65 @@ def test_a_transfer_search_through_the_ray_runner(tmp_path, finished):
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     for t, u in zip(trials, outer_study(finished).trials):
         assert t.params == u.params and all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(t.values, u.values))
+
+
+# ---------------------------------------------------------------- search.transfer.inner: bracket
+
+BRACKETED = TRANSFER.replace("train.lr: {log_grid: [0.05, 0.2, 3]}", "train.lr: [0.05, 0.1]").replace(
+    "search: {sampler: random, trials: 3, objective: val_acc, transfer: {objectives: [transfer_score, best]}}",
+    "search: {sampler: tpe, trials: 3, objective: val_acc, pruner: sweep,\n"
+    "         transfer: {objectives: [transfer_score, best], inner: bracket},\n"
+    "         bracket: {step_octaves: 1, resolution_octaves: 1, lr_limits: [0.0125, 1.6]}}")
+
+
+def _fake_record(job, opt):
+    """A synthetic run of `job`: accuracy on a parabola in log2(lr) around opt(size, exponent)."""
+    size, p, lr = job.params["model.branches"], job.params["model.aggregation_exponent"], job.params["train.lr"]
+    acc = 0.9 - 0.05 * (math.log2(lr) - math.log2(opt(size, p))) ** 2 + 0.001 * job.seed
+    return {"key": job.key, "seed": job.seed, "trial": job.trial, "outer_trial": job.outer, "status": "complete",
+            "val_acc": max(0.0, acc), **job.params}
+
+
+def test_inner_bracket_finds_each_sizes_optimum_outside_the_start(tmp_path):
+    """On synthetic records (no training): each outer trial brackets each size's optimum, far outside the
+    two start lrs, and is told only when every sweep has ended, from all of its sweeps' runs."""
+    from nas_stab.config import loads_spec
+    from nas_stab.search.bracket import BracketSource
+    from nas_stab.search.transfer import TransferSource
+    from nas_stab.search.transfer_objectives import evaluate
+
+    spec = loads_spec(BRACKETED)
+    opt = lambda size, p: 0.4 * size ** (0.5 - p)  # noqa: E731  (p = 0.5 transfers exactly)
+    src = TransferSource(spec, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert src.total is None  # decided as results come in
+    records, told = [], {}
+    for _ in range(10_000):
+        jobs = src.pending(records, ())
+        if jobs is None:
+            break
+        assert jobs, "nothing running, yet nothing to start"
+        for n in src.active:  # an open outer trial is never told early
+            assert all(t.number != n or t.state.name == "RUNNING" for t in src.study.get_trials(deepcopy=False))
+        records.append(_fake_record(jobs[0], opt))
+    trials = src.study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        mine = [r for r in records if r["outer_trial"] == t.number]
+        p = t.params["model.aggregation_exponent"]
+        for size in (1, 4):
+            lrs = sorted({r["train.lr"] for r in mine if r["model.branches"] == size})
+            assert {0.05, 0.1} <= set(lrs) and len(lrs) > 2
+            best = max(lrs, key=lambda lr: -abs(math.log2(lr) - math.log2(opt(size, p))))
+            inside = [lr for lr in lrs if lr != best]
+            if 0.0125 * 1.01 < opt(size, p) < 1.6 / 1.01:  # bracketed: tried lrs on both sides, 1 octave apart
+                assert min(inside) < best < max(inside)
+                assert abs(math.log2(best) - math.log2(opt(size, p))) <= 0.5 + 1e-9
+        sweeps = BracketSource(spec, sweeps=[({"model.aggregation_exponent": p, "model.branches": s}, (0.05, 0.1))
+                                             for s in (1, 4)])
+        assert all(e.end != "running" for e in sweeps.report(mine))
+        values, _, _ = evaluate(spec, mine)  # told from every run of its sweeps
+        assert t.values == pytest.approx(values, rel=1e-12)
+    for r in records:  # run ids and trial numbers unique, grouped by outer trial
+        assert int(r["trial"]) // 1000 == r["outer_trial"]
+    assert len({(r["trial"], r["seed"]) for r in records}) == len(records)
+    assert len({r["key"] for r in records}) == len(records)
