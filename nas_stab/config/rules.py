@@ -160,10 +160,12 @@ def _check_bracket(spec, ctx: Ctx) -> None:
         from nas_stab.config.schema import BracketConfig
 
         if b != BracketConfig():  # defaults pass: a stored spec.yaml lists every key
-            hint = (" or search.transfer.inner: bracket (this transfer search's inner runs are the grid; set inner: "
-                    "bracket to bracket each size's learning rate)" if s.transfer is not None else
-                    " or search.transfer.inner: bracket")
-            raise ctx.error(("search", "bracket"), f"only applies to search.sampler: bracket{hint} (the sampler is {s.sampler})")
+            if s.transfer is not None:
+                raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: "
+                                "bracket; this transfer search trains the whole lr grid (inner: grid): set "
+                                "search.transfer.inner: bracket to bracket each size's learning rate, or remove search.bracket")
+            raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: bracket "
+                            f"(the sampler is {s.sampler})")
         return
     if b.resolution_octaves > b.step_octaves:
         raise ctx.error(("search", "bracket", "resolution_octaves"), f"must be <= step_octaves ({b.step_octaves:g}), "
