@@ -148,7 +148,9 @@ def cmd_validate(args) -> int:
         inner = len(inner_points(spec))
         runs = spec.search.trials * inner * n_seeds
         if spec.search.transfer.inner == "bracket":
-            print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {inner} sizes x start lrs x "
+            n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
+            print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
+                  f"{inner // max(1, n_sizes)} start lrs x "
                   f"{n_seeds} seed(s) = {runs} runs at least; bracket adds learning rates until each size's optimum is "
                   f"bracketed (search.transfer: {', '.join(spec.search.transfer.objectives)}, inner: bracket)")
         else:
