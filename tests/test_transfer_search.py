@@ -50,7 +50,7 @@ class Stopping:
         from nas_stab.search.transfer import TransferSource
 
         self.src, self.stop_after = TransferSource(spec, storage=storage), stop_after
-        self.total = self.src.total
+        self.total, self.suggest = self.src.total, self.src.suggest  # its own suggest (inner: bracket's lr distribution)
 
     def pending(self, records, running):
         if self.stop_after is not None and len(records) >= self.stop_after:
@@ -331,7 +331,7 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
         assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
     # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)
     study = optuna.load_study(study_name="tiny", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
-    assert type(study.pruner).__name__ == "SweepPruner"
+    assert read_run(d).spec.search.pruner.name == "sweep"
     by_key = {t.user_attrs["key"]: t for t in study.trials}
     groups: dict = {}
     for r in got:
