@@ -332,6 +332,10 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
     # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)
     study = optuna.load_study(study_name="tiny", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
     assert read_run(d).spec.search.pruner.name == "sweep"
+    from nas_stab.results.status import status_text
+
+    text = status_text(d)  # no planned total: the outer trials scored
+    assert f"{len(got)} runs finished; transfer search with bracket inside: 3 of 3 outer trials scored" in text
     by_key = {t.user_attrs["key"]: t for t in study.trials}
     groups: dict = {}
     for r in got:
@@ -354,6 +358,9 @@ def test_a_stopped_bracketed_transfer_search_resumes_without_training_twice(tmp_
     assert len(before) == stop_after
     open_before = {t.number: t.params for t in outer_study(d).trials if t.state.name == "RUNNING"}
     assert list(open_before) == [0]
+    from nas_stab.results.status import status_text
+
+    assert "0 of 3 outer trials scored" in status_text(d) and "3 outer trial(s) not scored" in status_text(d)
     second = _run(BRACKETED, tmp_path, monkeypatch)
     after = rows(d)
     assert len(second) == len(full) - stop_after  # only what was missing
