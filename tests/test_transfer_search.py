@@ -457,3 +457,35 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
     section = md[md.index("## Pareto front of the transfer search"):md.index("## Provenance")]
     shown = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "outer trial" not in line]
     assert {int(n) for f, n in shown if "yes" in f} == front and "](plots/pareto.png)" in section
+
+
+@pytest.mark.slow
+def test_a_bracketed_transfer_search_through_the_ray_runner(tmp_path):
+    """inner: bracket on Ray (concurrency 2: a second outer trial opens while the first one's round is in
+    flight): every outer trial complete, its sweeps ended, its values its own runs' analysis, nothing twice."""
+    from conftest_ray import run_ray_text, start_local_ray
+
+    import ray
+
+    from nas_stab.config import loads_spec
+    from nas_stab.search.transfer_objectives import evaluate
+
+    if ray.is_initialized():
+        ray.shutdown()
+    start_local_ray(2)
+    try:
+        _, d, counts = run_ray_text(spec_text(BRACKETED, runner={"kind": "ray", "concurrency": 2}), tmp_path)
+    finally:
+        ray.shutdown()
+    spec = loads_spec(BRACKETED)
+    got = rows(d)
+    assert set(counts) == {"complete"} and len({r["key"] for r in got}) == len(got)
+    trials = outer_study(d).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        src = _sweeps_of(spec, t)
+        ends = src.report(got)
+        assert all(e.end != "running" for e in ends)
+        mine = [r for r in got if r["outer_trial"] == str(t.number)]
+        assert {r["key"] for r in mine} == {j.key for i, e in enumerate(ends) for j in src.sweep_jobs(i, e)}
+        assert t.values == pytest.approx(evaluate(spec, mine)[0], rel=1e-12)
