@@ -147,8 +147,15 @@ def cmd_validate(args) -> int:
 
         inner = len(inner_points(spec))
         runs = spec.search.trials * inner * n_seeds
-        print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {inner} sizes x lrs x "
-              f"{n_seeds} seed(s) = {runs} runs (search.transfer: {', '.join(spec.search.transfer.objectives)})")
+        if spec.search.transfer.inner == "bracket":
+            n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
+            print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
+                  f"{inner // max(1, n_sizes)} start lrs x "
+                  f"{n_seeds} seed(s) = {runs} runs at least; bracket adds learning rates until each size's optimum is "
+                  f"bracketed (search.transfer: {', '.join(spec.search.transfer.objectives)}, inner: bracket)")
+        else:
+            print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {inner} sizes x lrs x "
+                  f"{n_seeds} seed(s) = {runs} runs (search.transfer: {', '.join(spec.search.transfer.objectives)})")
     elif spec.search.sampler in ("grid", "bracket"):
         points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
         runs = points * n_seeds

@@ -313,6 +313,21 @@ def main() -> None:
     ]:
         add(f"rule-{name}", expect, base(**secs))
 
+    # 12. search.transfer.inner: bracket (issue 20, h54); appended last
+    start = "  model.branches: [1, 4]\n  train.lr: [0.05, 0.1]\n  model.aggregation_exponent: {uniform: [0, 1]}\n"
+    for name, expect, secs in [
+        ("transfer-sampler-bracket", "search.sampler",
+         {"search": "  sampler: bracket\n  transfer: {inner: bracket}\n", "space": start, "leaderboard": lb}),
+        ("transfer-bracket-settings-with-grid-inner", "search.bracket",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {}\n  bracket: {step_octaves: 2}\n", "space": arch, "leaderboard": lb}),
+        ("transfer-inner-unknown", "search.transfer.inner",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {inner: brackets}\n", "space": arch, "leaderboard": lb}),
+        ("transfer-bracket-start-outside-limits", "space.train.lr",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {inner: bracket}\n  bracket: {lr_limits: [0.06, 1]}\n",
+          "space": start, "leaderboard": lb}),
+    ]:
+        add(f"rule-{name}", expect, base(**secs))
+
     for i, (name, expect, text) in enumerate(cases):
         data = text if isinstance(text, bytes) else text.encode("utf-8")
         header = f"# expect: {expect}\n".encode()

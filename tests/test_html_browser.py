@@ -38,6 +38,7 @@ class _Dom(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.tables: dict[str, dict] = {}
+        self.imgs: list[dict] = []
         self.scripts = 0
         self.description: str | None = None
         self._table = None
@@ -48,6 +49,8 @@ class _Dom(HTMLParser):
         a = dict(attrs)
         if tag == "script":
             self.scripts += 1
+        elif tag == "img":
+            self.imgs.append(a)
         elif tag == "p" and a.get("class") == "description":
             self._in_desc, self.description = True, ""
         elif tag == "table" and a.get("id"):
@@ -163,3 +166,25 @@ def test_injected_markup_stays_text(tmp_path):
     assert dom.description == f"about {EVIL}"  # shown literally, as text
     labels = [r[1]["text"] for r in dom.tables["leaderboard"]["rows"]]
     assert EVIL in labels
+
+
+def test_pareto_section_of_a_transfer_search(tmp_path):
+    """A transfer search's page: the Pareto table reads back from the live DOM as written, and its plot
+    (a data: URL, the only images the CSP allows) decodes in the browser."""
+    from lb_fixtures import transfer_run
+
+    from nas_stab.results.pareto import CAPTION
+
+    d = transfer_run(tmp_path)
+    html_path = build_leaderboard([d], formats=("html",))["html"]
+    static = _Dom()
+    static.feed(html_path.read_text())
+    dom = _dump(html_path, "", tmp_path)
+    assert dom.tables["leaderboard"]["attrs"].get("data-ready") == "1"  # the script ran under the CSP
+    live, written = dom.tables["pareto"], static.tables["pareto"]
+    assert live["head"] == written["head"] and live["head"][:2] == ["front", "outer trial"]
+    assert [[c["text"] for c in r] for r in live["rows"]] == [[c["text"] for c in r] for r in written["rows"]]
+    assert len(live["rows"]) == 4
+    imgs = {i.get("alt"): i for i in dom.imgs}
+    assert imgs[CAPTION].get("data-loaded") == "1"  # decoded: a PNG of nonzero width
+    assert all(i.get("data-loaded") == "1" for i in dom.imgs)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -49,7 +50,7 @@ class Stopping:
         from nas_stab.search.transfer import TransferSource
 
         self.src, self.stop_after = TransferSource(spec, storage=storage), stop_after
-        self.total = self.src.total
+        self.total, self.suggest = self.src.total, self.src.suggest  # its own suggest (inner: bracket's lr distribution)
 
     def pending(self, records, running):
         if self.stop_after is not None and len(records) >= self.stop_after:
@@ -212,3 +213,279 @@ def test_a_transfer_search_through_the_ray_runner(tmp_path, finished):
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     for t, u in zip(trials, outer_study(finished).trials):
         assert t.params == u.params and all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(t.values, u.values))
+
+
+# ---------------------------------------------------------------- search.transfer.inner: bracket
+
+BRACKETED = TRANSFER.replace("train.lr: {log_grid: [0.05, 0.2, 3]}", "train.lr: [0.05, 0.1]").replace(
+    "search: {sampler: random, trials: 3, objective: val_acc, transfer: {objectives: [transfer_score, best]}}",
+    "search: {sampler: tpe, trials: 3, objective: val_acc, pruner: sweep,\n"
+    "         transfer: {objectives: [transfer_score, best], inner: bracket},\n"
+    "         bracket: {step_octaves: 1, resolution_octaves: 1, lr_limits: [0.0125, 1.6]}}")
+
+
+def _fake_record(job, opt):
+    """A synthetic run of `job`: accuracy on a parabola in log2(lr) around opt(size, exponent)."""
+    size, p, lr = job.params["model.branches"], job.params["model.aggregation_exponent"], job.params["train.lr"]
+    acc = 0.9 - 0.05 * (math.log2(lr) - math.log2(opt(size, p))) ** 2 + 0.001 * job.seed
+    return {"key": job.key, "seed": job.seed, "trial": job.trial, "outer_trial": job.outer, "status": "complete",
+            "val_acc": max(0.0, acc), **job.params}
+
+
+def test_inner_bracket_finds_each_sizes_optimum_outside_the_start(tmp_path):
+    """On synthetic records (no training): each outer trial brackets each size's optimum, far outside the
+    two start lrs, and is told only when every sweep has ended, from all of its sweeps' runs."""
+    from nas_stab.config import loads_spec
+    from nas_stab.search.bracket import BracketSource
+    from nas_stab.search.transfer import TransferSource
+    from nas_stab.search.transfer_objectives import evaluate
+
+    spec = loads_spec(BRACKETED)
+    opt = lambda size, p: 0.4 * size ** (0.5 - p)  # noqa: E731  (p = 0.5 transfers exactly)
+    src = TransferSource(spec, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert src.total is None  # decided as results come in
+    records, told = [], {}
+    for _ in range(10_000):
+        jobs = src.pending(records, ())
+        if jobs is None:
+            break
+        assert jobs, "nothing running, yet nothing to start"
+        for n in src.active:  # an open outer trial is never told early
+            assert all(t.number != n or t.state.name == "RUNNING" for t in src.study.get_trials(deepcopy=False))
+        records.append(_fake_record(jobs[0], opt))
+    trials = src.study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        mine = [r for r in records if r["outer_trial"] == t.number]
+        p = t.params["model.aggregation_exponent"]
+        for size in (1, 4):
+            lrs = sorted({r["train.lr"] for r in mine if r["model.branches"] == size})
+            assert {0.05, 0.1} <= set(lrs) and len(lrs) > 2
+            best = max(lrs, key=lambda lr: -abs(math.log2(lr) - math.log2(opt(size, p))))
+            inside = [lr for lr in lrs if lr != best]
+            if 0.0125 * 1.01 < opt(size, p) < 1.6 / 1.01:  # bracketed: tried lrs on both sides, 1 octave apart
+                assert min(inside) < best < max(inside)
+                assert abs(math.log2(best) - math.log2(opt(size, p))) <= 0.5 + 1e-9
+        sweeps = BracketSource(spec, sweeps=[({"model.aggregation_exponent": p, "model.branches": s}, (0.05, 0.1))
+                                             for s in (1, 4)])
+        assert all(e.end != "running" for e in sweeps.report(mine))
+        values, _, _ = evaluate(spec, mine)  # told from every run of its sweeps
+        assert t.values == pytest.approx(values, rel=1e-12)
+    for r in records:  # run ids and trial numbers unique, grouped by outer trial
+        assert int(r["trial"]) // 1000 == r["outer_trial"]
+    assert len({(r["trial"], r["seed"]) for r in records}) == len(records)
+    assert len({r["key"] for r in records}) == len(records)
+
+
+@pytest.fixture(scope="module")
+def bracketed(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    try:
+        out = tmp_path_factory.mktemp("transfer-bracket")
+        trained = _run(BRACKETED, out, mp)
+    finally:
+        mp.undo()
+    return out / "tiny", trained
+
+
+def _sweeps_of(spec, t):
+    from nas_stab.search.bracket import BracketSource
+
+    return BracketSource(spec, sweeps=[({"model.aggregation_exponent": t.params["model.aggregation_exponent"],
+                                         "model.branches": s}, (0.05, 0.1)) for s in (1, 4)], outer=t.number)
+
+
+def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(bracketed):
+    """inner: bracket with real training, a multi-objective tpe outer study and the sweep pruner: every size's
+    sweep ended (beyond the two start lrs), each outer trial's values are its leaderboard row's, and the
+    sweep pruner sees each (architecture, size) as one sweep."""
+    import optuna
+
+    from nas_stab.config import loads_spec
+    from nas_stab.results.leaderboard import load_analysis
+    from nas_stab.results.reader import read_run
+    from nas_stab.search.optuna_study import make_storage
+    from nas_stab.search.sweep_pruner import _sweep
+
+    d, trained = bracketed
+    spec = loads_spec(BRACKETED)
+    got = rows(d)
+    assert len(trained) == len(got) and len({r["key"] for r in got}) == len(got)  # nothing trained twice
+    trials = outer_study(d).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3 and all(len(t.values) == 2 for t in trials)
+    recs = {r["key"]: r for r in got}
+    for t in trials:
+        src = _sweeps_of(spec, t)
+        ends = src.report(list(recs.values()))
+        assert all(e.end != "running" for e in ends)
+        mine = {r["key"] for r in got if r["outer_trial"] == str(t.number)}
+        assert mine == {j.key for i, e in enumerate(ends) for j in src.sweep_jobs(i, e)}  # exactly its sweeps' runs
+        assert all(len(e.lrs) > 2 for e in ends)  # the bracket went beyond the start
+    a, _, _ = load_analysis([d])
+    assert a.settings.compare == ("model.aggregation_exponent",)
+    for t in trials:
+        row = a.rows[[abs(float(v) - t.params["model.aggregation_exponent"]) < 1e-5 for v in a.rows["model.aggregation_exponent"]]]
+        assert len(row) == 1
+        assert t.values == [pytest.approx(row.iloc[0]["transfer_score"], rel=1e-12, abs=1e-15),
+                            pytest.approx(row.iloc[0]["best"], rel=1e-12, abs=1e-15)]
+        assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
+    # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)
+    study = optuna.load_study(study_name="tiny", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
+    assert read_run(d).spec.search.pruner.name == "sweep"
+    from nas_stab.results.status import status_text
+
+    text = status_text(d)  # no planned total: the outer trials scored
+    assert f"{len(got)} runs finished; transfer search with bracket inside: 3 of 3 outer trials scored" in text
+    by_key = {t.user_attrs["key"]: t for t in study.trials}
+    groups: dict = {}
+    for r in got:
+        groups.setdefault(_sweep(by_key[r["key"]].params, "train.lr"), set()).add((r["outer_trial"], r["model.branches"]))
+        assert by_key[r["key"]].intermediate_values  # reported, so the pruner was asked
+    assert all(len(v) == 1 for v in groups.values()) and len(groups) == 3 * 2
+    assert read_run(d).spec.search.transfer.inner == "bracket"
+
+
+@pytest.mark.parametrize("where", ["between-last-record-and-tell", "mid-round"])
+def test_a_stopped_bracketed_transfer_search_resumes_without_training_twice(tmp_path, monkeypatch, bracketed, where):
+    d0, trained0 = bracketed
+    full = rows(d0)
+    n0 = sum(r["outer_trial"] == "0" for r in full)  # outer trial 0's runs are the first ones (concurrency 1)
+    stop_after = n0 if where == "between-last-record-and-tell" else n0 - 1
+    with pytest.raises(KeyboardInterrupt):
+        _run(BRACKETED, tmp_path, monkeypatch, stop_after=stop_after)
+    d = tmp_path / "tiny"
+    before = rows(d)
+    assert len(before) == stop_after
+    open_before = {t.number: t.params for t in outer_study(d).trials if t.state.name == "RUNNING"}
+    assert list(open_before) == [0]
+    from nas_stab.results.status import status_text
+
+    assert "0 of 3 outer trials scored" in status_text(d) and "3 outer trial(s) not scored" in status_text(d)
+    second = _run(BRACKETED, tmp_path, monkeypatch)
+    after = rows(d)
+    assert len(second) == len(full) - stop_after  # only what was missing
+    keys = [r["key"] for r in after]
+    assert len(keys) == len(set(keys)) == len(full)
+    assert [r for r in after if r["key"] in {b["key"] for b in before}] == before  # kept as recorded
+    trials = outer_study(d).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    assert trials[0].params == open_before[0]
+    strip = lambda rs: sorted((r["key"], r["outer_trial"], r["train.lr"], r["val_acc"]) for r in rs)  # noqa: E731
+    assert strip(after) == strip(full)  # the same records as the uninterrupted search
+    assert [t.values for t in trials] == [t.values for t in outer_study(d0).trials]
+    assert _run(BRACKETED, tmp_path, monkeypatch) == []  # nothing left
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"sampler": "bracket"}, "search.sampler"),  # bracket is the inner search here: inner: bracket
+    ({"transfer": {"objectives": ["transfer_score"], "inner": "grid"}}, "search.bracket"),  # settings with nothing to set
+    ({"transfer": {"objectives": ["transfer_score"], "inner": "brackets"}}, "search.transfer.inner"),
+    ({"bracket": {"step_octaves": 1, "resolution_octaves": 2, "lr_limits": [0.0125, 1.6]}}, "search.bracket.resolution_octaves"),
+    ({"bracket": {"lr_limits": [0.06, 1.6]}}, "space.train.lr"),  # a start lr outside the limits
+])
+def test_bad_bracket_combinations_fail_at_load_naming_the_key(change, key):
+    import yaml
+
+    from nas_stab.config import loads_spec
+    from nas_stab.errors import SpecError
+
+    data = yaml.safe_load(BRACKETED)
+    data["search"].update(change)
+    with pytest.raises(SpecError) as e:
+        loads_spec(yaml.safe_dump(data, sort_keys=False), file="exp.yaml")
+    assert e.value.key == key, str(e.value)
+    assert re.match(r"exp\.yaml:\d+: " + re.escape(key) + ": ", str(e.value)), str(e.value)  # file, line, key
+
+
+def test_a_grid_transfer_keeps_its_spec_hash_and_run_keys():
+    """`inner` was added to search.transfer later: a grid transfer search's hash leaves it out, so its run
+    directories made before resume; inner: bracket is in the hash (another search)."""
+    from nas_stab.config import loads_spec
+    from nas_stab.config.load import _drop_added, spec_hash, to_plain
+
+    grid = loads_spec(TRANSFER)
+    assert grid.search.transfer.inner == "grid"
+    explicit = loads_spec(TRANSFER.replace("objectives: [transfer_score, best]}", "objectives: [transfer_score, best], inner: grid}"))
+    assert spec_hash(grid) == spec_hash(explicit)
+    for spec, kept in ((grid, False), (loads_spec(BRACKETED), True)):
+        plain = to_plain(spec)
+        assert "inner" in plain["search"]["transfer"]
+        _drop_added(plain, spec)
+        assert ("inner" in plain["search"]["transfer"]) == kept and ("bracket" in plain["search"]) == kept
+
+
+# ---------------------------------------------------------------- the nsga2 sampler, run
+
+NSGA2 = spec_text(TRANSFER, seeds=1, search={"sampler": "nsga2", "trials": 5, "objective": "val_acc",
+                                             "transfer": {"objectives": ["transfer_score", "best"]}})
+
+
+def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_path, monkeypatch):
+    """nsga2 end to end (5 architectures x 2 sizes x 3 lrs x 1 seed): the outer trials are sampled by
+    NSGA-II, and pareto.csv, the Markdown section and plots/pareto.png show the non-dominated outer
+    trials, computed here from the study's values (and agreeing with Optuna's own best_trials)."""
+    import optuna
+    import pandas as pd
+
+    from nas_stab.results.leaderboard import build_leaderboard
+    from nas_stab.search import optuna_study
+
+    made = []
+    real = optuna_study.make_sampler
+    monkeypatch.setattr(optuna_study, "make_sampler", lambda name, seed: made.append(real(name, seed)) or made[-1])
+    _run(NSGA2, tmp_path, monkeypatch)
+    d = tmp_path / "tiny"
+    assert made and all(isinstance(s, optuna.samplers.NSGAIISampler) for s in made)
+    study = outer_study(d)
+    trials = study.trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 5 and all(len(t.values) == 2 for t in trials)
+    assert len({t.params["model.aggregation_exponent"] for t in trials}) == 5
+    # the front by definition: no other outer trial at least as good in both (maximized) and better in one
+    v = {t.number: t.values for t in trials}
+    front = {n for n, a in v.items()
+             if not any(b[0] >= a[0] and b[1] >= a[1] and (b[0] > a[0] or b[1] > a[1]) for b in v.values())}
+    assert front == {t.number for t in study.best_trials}
+    written = build_leaderboard([d], formats=("md", "csv"))
+    p = pd.read_csv(d / "pareto.csv")
+    assert sorted(p["outer_trial"]) == [0, 1, 2, 3, 4]
+    assert set(p.loc[p["front"], "outer_trial"]) == front
+    for r in p.to_dict("records"):  # the values in pareto.csv are the ones the study was told
+        assert [r["transfer_score"], r["best"]] == pytest.approx(v[r["outer_trial"]], rel=1e-12)
+    assert list(p["front"]) == sorted(p["front"], reverse=True)  # the front first
+    assert written["plot:pareto"].read_bytes()[:4] == b"\x89PNG"
+    md = (d / "leaderboard.md").read_text()
+    section = md[md.index("## Pareto front of the transfer search"):md.index("## Provenance")]
+    shown = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "outer trial" not in line]
+    assert {int(n) for f, n in shown if "yes" in f} == front and "](plots/pareto.png)" in section
+
+
+@pytest.mark.slow
+def test_a_bracketed_transfer_search_through_the_ray_runner(tmp_path):
+    """inner: bracket on Ray (concurrency 2: a second outer trial opens while the first one's round is in
+    flight): every outer trial complete, its sweeps ended, its values its own runs' analysis, nothing twice."""
+    from conftest_ray import run_ray_text, start_local_ray
+
+    import ray
+
+    from nas_stab.config import loads_spec
+    from nas_stab.search.transfer_objectives import evaluate
+
+    if ray.is_initialized():
+        ray.shutdown()
+    start_local_ray(2)
+    try:
+        _, d, counts = run_ray_text(spec_text(BRACKETED, runner={"kind": "ray", "concurrency": 2}), tmp_path)
+    finally:
+        ray.shutdown()
+    spec = loads_spec(BRACKETED)
+    got = rows(d)
+    assert set(counts) == {"complete"} and len({r["key"] for r in got}) == len(got)
+    trials = outer_study(d).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        src = _sweeps_of(spec, t)
+        ends = src.report(got)
+        assert all(e.end != "running" for e in ends)
+        mine = [r for r in got if r["outer_trial"] == str(t.number)]
+        assert {r["key"] for r in mine} == {j.key for i, e in enumerate(ends) for j in src.sweep_jobs(i, e)}
+        assert t.values == pytest.approx(evaluate(spec, mine)[0], rel=1e-12)

@@ -77,7 +77,8 @@ SECTIONS = {
                             "then adds lrs at the resolution on both sides of it; it ends 'bracketed', 'divergence wall' "
                             "(a neighbour of the optimum diverged with every seed), 'limit' (the optimum stays at lr_limits) "
                             "or 'no lr trains'. A failed or diverged seed is not retrained: it counts in its lr's mean as "
-                            "in the leaderboard"),
+                            "in the leaderboard. The same settings bracket each size's lr inside every outer trial of "
+                            "search.transfer with inner: bracket (a sweep: one architecture x one size)"),
     ("runner",): "where trials run: local (one machine) or ray (Ray Tune)",
     ("leaderboard",): "the LR-transfer leaderboard: the lr key, the size axis, the row labels",
     ("logging",): "extra logs of every run (the run directory's records are always written)",

@@ -212,9 +212,16 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
+def inner_bracket(spec) -> bool:
+    """Whether a transfer search brackets each size's learning rate inside its outer trials."""
+    t = getattr(spec.search, "transfer", None)
+    return t is not None and getattr(t, "inner", "grid") == "bracket"
+
+
 _ADDED_KEYS = (  # (section, key, when it applies)
-    ("search", "bracket", lambda spec: spec.search.sampler == "bracket"),
+    ("search", "bracket", lambda spec: spec.search.sampler == "bracket" or inner_bracket(spec)),
     ("search", "transfer", lambda spec: spec.search.transfer is not None),
+    ("search.transfer", "inner", inner_bracket),
     ("model", "aggregation_exponent", lambda spec: spec.model.aggregation_exponent is not None),
     ("model", "tau_exponent", lambda spec: spec.model.tau_exponent is not None),
 )
@@ -249,10 +256,13 @@ def with_earlier_defaults(spec: Spec) -> Spec | None:
 
 def _drop_added(plain: dict, spec: Spec) -> None:
     """Keys added later, out of the hashes while they cannot apply: run directories made before them
-    keep their spec hash and their runs' keys (and resume)."""
+    keep their spec hash and their runs' keys (and resume). A section may be nested ("search.transfer")."""
     for section, key, applies in _ADDED_KEYS:
-        if section in plain and not applies(spec):
-            plain[section].pop(key, None)
+        node = plain
+        for part in section.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and not applies(spec):
+            node.pop(key, None)
 
 
 def spec_hash(spec: Spec) -> str:

@@ -143,15 +143,29 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     _check_space_values(spec, ctx)
 
 
+def brackets(spec) -> bool:
+    """Whether learning rates are bracketed: `search.sampler: bracket`, or inside each outer trial of a
+    transfer search (`search.transfer.inner: bracket`)."""
+    from nas_stab.config.load import inner_bracket
+
+    return spec.search.sampler == "bracket" or inner_bracket(spec)
+
+
 def _check_bracket(spec, ctx: Ctx) -> None:
-    """search.bracket only with sampler bracket; the learning rate (leaderboard.lr) searched with
-    positive numbers inside lr_limits, unconditionally; step >= resolution; limits ordered."""
+    """search.bracket only with sampler bracket or search.transfer.inner: bracket; the learning rate
+    (leaderboard.lr) searched with positive numbers inside lr_limits, unconditionally; step >=
+    resolution; limits ordered."""
     s, b = spec.search, spec.search.bracket
-    if s.sampler != "bracket":
+    if not brackets(spec):
         from nas_stab.config.schema import BracketConfig
 
         if b != BracketConfig():  # defaults pass: a stored spec.yaml lists every key
-            raise ctx.error(("search", "bracket"), f"only applies to search.sampler: bracket (the sampler is {s.sampler})")
+            if s.transfer is not None:
+                raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: "
+                                "bracket; this transfer search trains the whole lr grid (inner: grid): set "
+                                "search.transfer.inner: bracket to bracket each size's learning rate, or remove search.bracket")
+            raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: bracket "
+                            f"(the sampler is {s.sampler})")
         return
     if b.resolution_octaves > b.step_octaves:
         raise ctx.error(("search", "bracket", "resolution_octaves"), f"must be <= step_octaves ({b.step_octaves:g}), "
@@ -163,7 +177,8 @@ def _check_bracket(spec, ctx: Ctx) -> None:
     key = spec.leaderboard.lr
     d = spec.space.get(key)
     if d is None:
-        raise ctx.error(("search", "sampler"), f"bracket searches the learning rate {key!r} (leaderboard.lr), which is not "
+        where = ("search", "sampler") if s.sampler == "bracket" else ("search", "transfer", "inner")
+        raise ctx.error(where, f"bracket searches the learning rate {key!r} (leaderboard.lr), which is not "
                         "a key of space: give its coarse start there, e.g. train.lr: [0.01, 0.1]")
     if d.when:
         raise ctx.error(("space", key), "bracket sweeps the learning rate of every configuration: it cannot have a when: condition")
@@ -185,9 +200,15 @@ def _check_transfer(spec, ctx: Ctx) -> None:
         return
     from nas_stab.search.transfer_objectives import OBJECTIVES
 
-    if s.sampler in ("grid", "bracket"):
-        raise ctx.error(("search", "sampler"), f"search.transfer samples its outer trials with an Optuna sampler "
-                        f"(tpe, random, cmaes, qmc, nsga2), not {s.sampler}: the inner runs are every size x lr x seed")
+    if s.sampler == "bracket":
+        raise ctx.error(("search", "sampler"), "search.transfer samples its outer trials with an Optuna sampler "
+                        "(tpe, random, cmaes, qmc, nsga2), not bracket: to bracket each size's learning rate inside "
+                        "every outer trial, set search.transfer.inner: bracket (settings in search.bracket) and "
+                        "choose the outer sampler here")
+    if s.sampler == "grid":
+        raise ctx.error(("search", "sampler"), "search.transfer samples its outer trials with an Optuna sampler "
+                        "(tpe, random, cmaes, qmc, nsga2), not grid: the inner runs are every size x lr x seed "
+                        "(search.transfer.inner: grid) or each size's bracketed lr (inner: bracket)")
     if not t.objectives:
         raise ctx.error(("search", "transfer", "objectives"), "needs at least one objective: " + ", ".join(OBJECTIVES))
     for i, o in enumerate(t.objectives):
@@ -250,7 +271,7 @@ def _check_axes(spec, ctx: Ctx) -> None:
     d = spec.space.get(lb.lr)
     if d is None:
         return  # a fixed learning rate: the table compares the sizes at it (leaderboard_warnings says so)
-    if spec.search.sampler == "bracket":
+    if brackets(spec):
         return  # a coarse start: the sampler adds learning rates until each optimum is bracketed
     if _n_values(d) < 3:
         raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is searched with only {_n_values(d)} value(s): an lr-transfer "
@@ -277,7 +298,7 @@ def leaderboard_warnings(spec) -> list[str]:
         out.append(f"leaderboard.lr: {lb.lr} is not searched, so the table compares the sizes at one fixed learning "
                    "rate (a figure such as the tau paper's Figure 1), not an lr-transfer test: a verdict is "
                    "'inconclusive' (one lr), or 'no' for a size that does not train at that lr, never 'yes'")
-    elif spec.search.sampler == "bracket":
+    elif brackets(spec):
         res = spec.search.bracket.resolution_octaves
         if res > 1 + 1e-9:
             out.append(f"search.bracket.resolution_octaves: {res:g} octaves is coarser than 1 octave; optima between "
@@ -308,14 +329,14 @@ def _check_space_values(spec, ctx: Ctx) -> None:
         except GridTooLarge as e:
             if spec.search.sampler in ("grid", "bracket"):
                 raise ctx.error(("space",), str(e)) from None
-    if points is not None and spec.search.sampler == "bracket":  # the learning rates bracket may add
-        points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
     if points is None:  # continuous or too many points to check them all: each dimension's ends and values
         points = []
         for d in spec.space:
             vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
             vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
             points += [{d.key: v} for v in vals]
+    if brackets(spec):  # the learning rates bracket may add
+        points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
     for params in points:
         try:
             resolve(spec, params)

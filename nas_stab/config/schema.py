@@ -170,6 +170,7 @@ class BracketConfig:
 @dataclass(frozen=True)
 class TransferConfig:
     objectives: tuple[str, ...] = _f(("transfer_score",), "what each outer trial (one architecture: the values of the searched keys other than leaderboard.lr and leaderboard.transfer) is scored by, computed by the leaderboard's analysis on its runs (docs/leaderboard.md): transfer_score, best (the metric's direction), transfer_regret, worst_regret, lr_drift, lr_sensitivity (minimized), stable_octaves (maximized); two or more: a multi-objective search whose leaderboard shows the Pareto front")
+    inner: Literal["grid", "bracket"] = _f("grid", "how each outer trial searches the learning rate at each size: grid = every size x lr of space x seed; bracket = per size, the lr values of space are a coarse start, extended until the optimum is bracketed, then resolved, as sampler bracket does (settings in search.bracket)")
     start: Any = _f(None, "architectures the outer study evaluates first, before its sampler chooses: a list of mappings {searched key: value} (e.g. the papers' exponents [{model.aggregation_exponent: 0.5, model.tau_exponent: 0.5}]); keys left out are sampled")
 
 
@@ -180,8 +181,8 @@ class SearchConfig:
     objective: str = _f("val_acc", "a metric name (docs/run-directory.md, docs/metrics.md)")
     direction: Literal["auto", "maximize", "minimize"] = _f("auto", "auto: from the metric")
     pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold | sweep, or {name: {options}}")
-    bracket: BracketConfig = _f(None, "settings of sampler bracket (only with it; the learning rate is leaderboard.lr, a key of space)")
-    transfer: Optional[TransferConfig] = _f(None, "search for architectures whose learning rate transfers: each outer trial samples the searched keys other than leaderboard.lr and leaderboard.transfer, trains every size x lr x seed of space with them (inner runs, ordinary rows of trials.csv with its number in outer_trial) and is scored by search.transfer.objectives; search.trials counts outer trials. {} takes the defaults")
+    bracket: BracketConfig = _f(None, "settings of sampler bracket and of search.transfer.inner: bracket (only with one of them; the learning rate is leaderboard.lr, a key of space)")
+    transfer: Optional[TransferConfig] = _f(None, "search for architectures whose learning rate transfers: each outer trial samples the searched keys other than leaderboard.lr and leaderboard.transfer, trains every size x lr x seed of space with them, or brackets each size's lr (inner: bracket) (inner runs, ordinary rows of trials.csv with its number in outer_trial) and is scored by search.transfer.objectives; search.trials counts outer trials. {} takes the defaults")
     storage: Optional[str] = _f(None, "Optuna storage URL; default sqlite:///<run dir>/study.db")
     seed: int = _f(0, "sampler seed", ge=0)
 

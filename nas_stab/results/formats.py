@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from nas_stab.results.analysis import Analysis
 from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
@@ -219,8 +219,8 @@ def _is_num_col(text: list[list[str]], i: int) -> bool:
 
 
 def render(fmt: str, a: Analysis, provenance: Provenance, *, plots_png: Mapping[str, bytes] | None = None,
-           plots_paths: Mapping[str, str] | None = None) -> str:
-    """Render one of `FORMATS`."""
+           plots_paths: Mapping[str, str] | None = None, html_sections: Sequence[str] = ()) -> str:
+    """Render one of `FORMATS` (`html_sections`: HTML fragments placed before the page's provenance)."""
     if fmt == "md":
         return to_markdown(a, provenance, plots=plots_paths)
     if fmt == "csv":
@@ -228,5 +228,5 @@ def render(fmt: str, a: Analysis, provenance: Provenance, *, plots_png: Mapping[
     if fmt == "tex":
         return to_latex(a, provenance)
     if fmt == "html":
-        return to_html(a, provenance, plots=plots_png)
+        return to_html(a, provenance, plots=plots_png, sections=html_sections)
     raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")

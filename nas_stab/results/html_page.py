@@ -10,13 +10,13 @@ import html
 import math
 from functools import lru_cache
 from importlib import resources
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from nas_stab.results.analysis import Analysis
 from nas_stab.results.tables import (DEFINITIONS, Provenance, bracketed, cells_table, display_table, settings_items, summary,
                                      title)
 
-__all__ = ["to_html"]
+__all__ = ["figure_html", "html_table", "to_html"]
 
 
 @lru_cache(maxsize=None)
@@ -47,11 +47,25 @@ def _html_table(table_id: str, headers: list[str], text: list[list[str]], keys: 
     out.append("</tbody></table>")
     return "\n".join(out)
 
-def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] | None = None) -> str:
+def html_table(table_id: str, headers: list[str], text: list[list[str]], keys: list[list[float | None]]) -> str:
+    """A sortable table (the page's script sorts every ``table.sortable``): `keys` are the numbers to sort
+    by (None: text), per cell."""
+    return _html_table(table_id, headers, text, keys)
+
+
+def figure_html(caption: str, png: bytes) -> str:
+    """One plot as a figure with its PNG as a data: URL (the page's CSP allows only those)."""
+    e = html.escape
+    b64 = base64.b64encode(png).decode("ascii")
+    return f'<figure><img alt="{e(caption)}" src="data:image/png;base64,{b64}"><figcaption>{e(caption)}</figcaption></figure>'
+
+
+def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] | None = None,
+            sections: Sequence[str] = ()) -> str:
     """A self-contained page: sortable leaderboard (click a header, or open with
     ``?sort=<column>&desc=1``; ``?click=<column>`` clicks a header on load, once per
-    repetition), provenance, the plots as base64 PNGs ({caption: png bytes})
-    and the per-cell table."""
+    repetition), `sections` (HTML fragments, e.g. a transfer search's Pareto front),
+    provenance, the plots as base64 PNGs ({caption: png bytes}) and the per-cell table."""
     e = html.escape
     script = "\n" + _asset("table.js")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
@@ -79,6 +93,7 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
                + ("after a bracket search, <code>(limit)</code>, <code>(wall)</code> or <code>(unfinished)</code> says why a "
                   "sweep stopped there; " if bracketed(a) else "") +
                "intervals are 90% paired bootstraps over seeds. Click a column header to sort.</p>")
+    out.extend(sections)
     out.append('<h2>Provenance</h2><table class="provenance"><tbody>')
     for k, v in list(provenance) + settings_items(a):
         out.append(f'<tr><th scope="row">{e(k)}</th><td>{e(v)}</td></tr>')
@@ -86,8 +101,7 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
     if plots:
         out.append("<h2>Plots</h2>")
         for cap, png in plots.items():
-            b64 = base64.b64encode(png).decode("ascii")
-            out.append(f'<figure><img alt="{e(cap)}" src="data:image/png;base64,{b64}"><figcaption>{e(cap)}</figcaption></figure>')
+            out.append(figure_html(cap, png))
     out.append("<details><summary>Per-cell table (row label x size x learning rate)</summary>")
     out.append(_html_table("cells", c_headers, c_text, c_keys))
     out.append("</details>")

@@ -412,7 +412,12 @@ def build_leaderboard(
             links[PLOTS[name]] = f"plots/{name}.png"
 
     for fmt in fmts:
-        text = _formats.render(fmt, a, prov, plots_png=pngs, plots_paths=links)
+        sections: list[str] = []
+        html_pngs = pngs
+        if fmt == "html" and transfer_spec is not None:  # the Pareto section holds its plot (embedded once)
+            sections = [_pareto.pareto_html(a, transfer_spec, png=pngs.get(_pareto.CAPTION))]
+            html_pngs = {k: v for k, v in pngs.items() if k != _pareto.CAPTION}
+        text = _formats.render(fmt, a, prov, plots_png=html_pngs, plots_paths=links, html_sections=sections)
         if fmt == "md" and transfer_spec is not None:
             text = _with_pareto(text, _pareto.pareto_markdown(a, transfer_spec, plot_path=links.get(_pareto.CAPTION)))
         written[fmt] = atomic_write(out / f"leaderboard.{fmt}", text)

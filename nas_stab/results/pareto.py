@@ -94,6 +94,44 @@ def pareto_markdown(a: Analysis, spec, *, plot_path: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pareto_html(a: Analysis, spec, *, png: bytes | None = None) -> str:
+    """The same section for the HTML page: the text, the table (every architecture, sortable like the
+    leaderboard; id ``pareto``) and the plot as a data: URL."""
+    import html
+
+    from nas_stab.results.html_page import figure_html, html_table
+
+    e = html.escape
+    df = pareto_table(a, spec)
+    objs = list(spec.search.transfer.objectives)
+    keys = list(a.settings.compare)
+    out = ['<h2 id="pareto-front">Pareto front of the transfer search</h2>',
+           f"<p>Objectives: {e(', '.join(objs))} (search.transfer; each computed on the architecture's runs by the "
+           "analysis above, definitions in <code>docs/leaderboard.md</code>). <code>front</code>: no other architecture "
+           "is at least as good in every objective and better in one.</p>"]
+    if df.empty:
+        out.append("<p>No architecture has every objective defined yet.</p>")
+    else:
+        head = ["front", "outer trial", *_short_keys(keys), *objs, "transfers"]
+        text, nums = [], []
+        for r in df.to_dict("records"):
+            vals = [r.get(k) for k in keys] + [r[o] for o in objs]
+            text.append(["yes" if r["front"] else "", fmt_value(r.get("outer_trial")), *[_num(v) for v in vals],
+                         str(r.get("transfers", ""))])
+            nums.append([None, _float(r.get("outer_trial")), *[_float(v) for v in vals], None])
+        out.append(html_table("pareto", head, text, nums))
+    if png is not None:
+        out.append(figure_html(CAPTION, png))
+    return "\n".join(out)
+
+
+def _float(v) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
 def pareto_csv(a: Analysis, spec) -> str:
     return pareto_table(a, spec).to_csv(index=False)
 

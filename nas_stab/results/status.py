@@ -27,7 +27,12 @@ def status_text(run_dir: Path) -> str:
             continue
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
-    if getattr(spec.search, "transfer", None) is not None:  # outer trials x sizes x lrs x seeds
+    from nas_stab.config.load import inner_bracket
+
+    transfer_bracket = inner_bracket(spec)
+    if transfer_bracket:  # outer trials x sizes x bracketed lrs x seeds: decided as results come in
+        planned = None
+    elif getattr(spec.search, "transfer", None) is not None:  # outer trials x sizes x lrs x seeds
         from nas_stab.search.transfer import inner_points
 
         planned = spec.search.trials * len(inner_points(spec)) * len(spec.seeds)
@@ -38,8 +43,13 @@ def status_text(run_dir: Path) -> str:
     else:
         planned = spec.search.trials * len(spec.seeds)
     done = len(rows)
-    open_sweeps = _open_sweeps(run) if planned is None else 0
-    if planned is None:
+    if transfer_bracket:
+        scored = _scored_outer_trials(run_dir, spec)
+        open_sweeps = spec.search.trials - scored if scored is not None else 0  # outer trials not scored yet
+        lines = [f"{spec.name}: {done} runs finished; transfer search with bracket inside: "
+                 f"{'?' if scored is None else scored} of {spec.search.trials} outer trials scored"]
+    elif planned is None:
+        open_sweeps = _open_sweeps(run)
         lines = [f"{spec.name}: {done} runs finished; bracket: {open_sweeps} learning-rate sweep(s) not ended yet"]
     else:
         lines = [f"{spec.name}: {done}/{planned} runs finished"]
@@ -54,13 +64,36 @@ def status_text(run_dir: Path) -> str:
         lines.append(f"  running now (a nas-stab driver holds the run directory); time used {used:.1f} s"
                      + (f", ~{left:.0f} s left" if done and planned is not None and planned > done else ""))
     else:
-        if planned is None:
+        if transfer_bracket:
+            rest = (f"; {open_sweeps} outer trial(s) not scored: rerun `nas-stab run` with the same file to finish"
+                    if open_sweeps else "")
+        elif planned is None:
             rest = (f"; {open_sweeps} sweep(s) not ended: rerun `nas-stab run` with the same file to finish"
                     if open_sweeps else "")
         else:
             rest = f"; {planned - done} runs not trained yet: rerun `nas-stab run` with the same file to finish" if planned > done else ""
         lines.append(f"  not running (no driver holds the run directory); time used {used:.1f} s{rest}")
     return "\n".join(lines)
+
+
+def _scored_outer_trials(run_dir: Path, spec) -> int | None:
+    """A transfer search's outer trials told a value or failed (its study, `<name>/transfer`); None if unreadable."""
+    try:
+        import optuna
+
+        from nas_stab.search.optuna_study import make_storage
+        from nas_stab.search.transfer import study_name
+
+        db = Path(run_dir).resolve() / "study.db"
+        if spec.search.storage is None and not db.is_file():
+            return None  # (not created by a status query)
+        url = spec.search.storage or f"sqlite:///{db}"
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.load_study(study_name=study_name(spec), storage=make_storage(url))
+        return sum(t.state.name in ("COMPLETE", "FAIL") and t.user_attrs.get("status") != "interrupted"
+                   for t in study.get_trials(deepcopy=False))
+    except Exception:
+        return None
 
 
 def _open_sweeps(run) -> int:

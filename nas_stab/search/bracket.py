@@ -93,9 +93,15 @@ class BracketSource:
     `limit` (`nas-stab run --trials N`) is the number of runs in all, as for a grid (its first N
     runs) and a sampler (N trials): once N runs are recorded or running it says nothing more will
     come, so a rerun with the same N trains nothing and one with a larger N carries on.
+
+    Inside a transfer search (`search.transfer.inner: bracket`, `search/transfer.py`) one source
+    brackets the sweeps of one outer trial: `sweeps` [(the sweep's non-lr values, its start lrs)]
+    replaces the grid of `space:`, job `trial` numbers start at `trial_base` with `sweep_points`
+    learning rates per sweep at most, and every job carries `outer`.
     """
 
-    def __init__(self, spec, limit: int | None = None):
+    def __init__(self, spec, limit: int | None = None, *, sweeps: Sequence[tuple[dict, Sequence[float]]] | None = None,
+                 trial_base: int = 0, sweep_points: int = MAX_POINTS, outer: int | None = None):
         from nas_stab.search.plan import base_lookup
 
         b = spec.search.bracket
@@ -107,12 +113,15 @@ class BracketSource:
         self.seeds = tuple(spec.seeds)
         self.metric = spec.leaderboard.metric or spec.search.objective
         self.classes = dataset_classes(spec)
-        sweeps: dict[tuple, tuple[dict, list[float]]] = {}
-        for point in spec.space.grid(base_lookup(spec)):
-            rest = {k: v for k, v in point.items() if k != self.lr_key}
-            sig = tuple(sorted((k, _sig(v)) for k, v in rest.items()))
-            sweeps.setdefault(sig, (rest, []))[1].append(float(point[self.lr_key]))
-        self.sweeps = [(rest, tuple(sorted(set(lrs)))) for rest, lrs in sweeps.values()]
+        if sweeps is None:
+            by_sig: dict[tuple, tuple[dict, list[float]]] = {}
+            for point in spec.space.grid(base_lookup(spec)):
+                rest = {k: v for k, v in point.items() if k != self.lr_key}
+                sig = tuple(sorted((k, _sig(v)) for k, v in rest.items()))
+                by_sig.setdefault(sig, (rest, []))[1].append(float(point[self.lr_key]))
+            sweeps = list(by_sig.values())
+        self.sweeps = [(dict(rest), tuple(sorted({float(v) for v in lrs}))) for rest, lrs in sweeps]
+        self.trial_base, self.max_points, self.outer = trial_base, sweep_points, outer
         self.limit = limit
         self._jobs: dict[tuple[int, float], list[Job]] = {}
         self._decisions: dict[tuple, _Decision] = {}
@@ -124,7 +133,7 @@ class BracketSource:
         out: list[Job] = []
         busy = False
         for i in range(len(self.sweeps)):
-            todo, _ = self._replay(i, recs)
+            todo, _ = self.replay(i, recs)
             busy |= bool(todo)
             out += [j for j in todo if j.key not in running]
         if self.limit is not None:
@@ -137,7 +146,7 @@ class BracketSource:
     def report(self, records: Sequence[dict]) -> list[SweepEnd]:
         """One SweepEnd per sweep, in the order of `space:`."""
         recs = {str(r.get("key")): r for r in records}
-        return [self._replay(i, recs)[1] for i in range(len(self.sweeps))]
+        return [self.replay(i, recs)[1] for i in range(len(self.sweeps))]
 
     def suggest(self, trial, base) -> dict:
         """Record a bracket job's enqueued values in its Optuna trial (the `grid=True` suggest of the
@@ -154,7 +163,7 @@ class BracketSource:
 
     # ------------------------------------------------------------ rounds
 
-    def _replay(self, i: int, recs: dict) -> tuple[list[Job], SweepEnd]:
+    def replay(self, i: int, recs: dict) -> tuple[list[Job], SweepEnd]:
         """The jobs of sweep i's current round not yet recorded, and how the sweep stands."""
         rest, start = self.sweeps[i]
         tried: list[float] = []
@@ -171,6 +180,10 @@ class BracketSource:
                 return [], SweepEnd(rest, d.end, tuple(sorted(tried)), d.best, rounds)
             round_lrs = list(d.new)
 
+    def sweep_jobs(self, i: int, end: SweepEnd) -> list[Job]:
+        """Every run of sweep i up to where it stands (`end`, from `report` or the replay): each lr tried, each seed."""
+        return [j for k, lr in enumerate(end.lrs) for j in self.jobs(i, lr, k)]
+
     def jobs(self, i: int, lr: float, order: int) -> list[Job]:
         """The runs (one per seed) of learning rate `lr` in sweep i, its `order`-th point (start first,
         then round by round, ascending in each); their keys are their configurations'."""
@@ -183,10 +196,11 @@ class BracketSource:
             params = {**rest, self.lr_key: lr}
             r = try_resolve(self.spec, params)
             got = []
+            where = f"o{self.outer}-" if self.outer is not None else ""
             for seed in self.seeds:
-                key = config_key(r, seed) if r is not None else f"invalid-{i}-{lr!r}-{seed}"
-                trial = i * MAX_POINTS + order
-                got.append(Job(trial, seed, params, key, f"t{trial:05d}-s{seed}"))
+                key = config_key(r, seed) if r is not None else f"invalid-{where}{i}-{lr!r}-{seed}"
+                trial = self.trial_base + i * self.max_points + order
+                got.append(Job(trial, seed, params, key, f"t{trial:05d}-s{seed}", r, outer=self.outer))
             self._jobs[(i, lr)] = got
         return got
 
@@ -205,7 +219,7 @@ class BracketSource:
         xs = sorted(cells)  # log2 lr
         hi_room = lambda x: x + self.step <= self.hi + _TOL  # noqa: E731
         lo_room = lambda x: x - self.step >= self.lo - _TOL  # noqa: E731
-        room = n_tried < MAX_POINTS
+        room = n_tried < self.max_points
         if not trains:
             all_div = all(c["all_diverged"] for c in cells.values())
             if all_div and lo_room(xs[0]) and room:
@@ -225,7 +239,7 @@ class BracketSource:
                 new.append(_lr(best - self.res))
             if (not above or above[0] - best > self.res + _TOL) and best + self.res <= self.hi + _TOL:
                 new.append(_lr(best + self.res))
-        if new and room and n_tried + len(new) <= MAX_POINTS:
+        if new and room and n_tried + len(new) <= self.max_points:
             return _Decision(tuple(sorted(new)), "", None)
         below = [x for x in xs if x < best - _TOL]
         above = [x for x in xs if x > best + _TOL]

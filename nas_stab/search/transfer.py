@@ -24,6 +24,15 @@ sampler sees every earlier one that finished.
 
 `trial` numbers of the inner runs are `outer * MAX_POINTS + point` (point: the index of
 (size, lr) in the inner grid), so run ids stay unique and sort by outer trial.
+
+`search.transfer.inner: bracket`. Each outer trial brackets each size's learning-rate optimum
+instead of training the whole lr grid: one `BracketSource` per outer trial whose sweeps are
+its sizes (the architecture's values and one size each), started at the lr values of
+`space:` and extended and resolved round by round with `search.bracket`, exactly as
+`search.sampler: bracket` does for a grid's configurations. The outer trial is told when
+every sweep has ended, from all the runs its sweeps trained. The rounds are a pure function
+of the records, so resume is the same as the grid's. Point indexes are then `size index *
+(MAX_POINTS // sizes) + the lr's order in its sweep`.
 """
 from __future__ import annotations
 
@@ -80,6 +89,12 @@ class TransferSource:
         self.points = inner_points(spec)
         if len(self.points) > MAX_POINTS:
             raise ValueError(f"search.transfer: {len(self.points)} sizes x learning rates; at most {MAX_POINTS}")
+        from nas_stab.config.load import inner_bracket
+
+        self.bracket = inner_bracket(spec)  # each size's lr bracketed (search.transfer.inner: bracket)
+        self.sizes = list(spec.space.values_of(spec.space.get(self.size_key)))
+        self.start_lrs = [float(v) for v in spec.space.values_of(spec.space.get(self.lr_key))]
+        self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
         self.outer_dims = [d for d in spec.space if d.key not in (self.lr_key, self.size_key)]
         self._base = base_lookup(spec)
         self.target = limit if limit is not None else spec.search.trials
@@ -101,7 +116,8 @@ class TransferSource:
             elif t.state == TrialState.WAITING:
                 pass
         self.done = done
-        self.total = self.target * len(self.points) * len(spec.seeds)
+        # runs in all; with inner bracket decided as results come in (unknown)
+        self.total = None if self.bracket else self.target * len(self.points) * len(spec.seeds)
 
     # ------------------------------------------------------------ the job source interface
 
@@ -122,7 +138,12 @@ class TransferSource:
         point's, the architecture's with its own (continuous) distribution."""
         params = {}
         for d in self.spec.space:
-            if d.active(lambda k: params[k] if k in params else base(k)):
+            if not d.active(lambda k: params[k] if k in params else base(k)):
+                continue
+            if d.key == self.lr_key and self.bracket:  # may leave the grid: lr_limits' distribution, as bracket's
+                lo, hi = self.spec.search.bracket.lr_limits
+                params[d.key] = trial.suggest_float(d.key, float(lo), float(hi), log=True)
+            else:
                 params[d.key] = d.suggest(trial, grid=d.key in (self.lr_key, self.size_key))
         return params
 
@@ -148,7 +169,32 @@ class TransferSource:
             self._jobs[n] = got
         return got
 
+    def bracket_source(self, n: int):
+        """inner: bracket: the BracketSource of outer trial n (its sweeps: one per size)."""
+        src = self._brackets.get(n)
+        if src is None:
+            from nas_stab.search.bracket import BracketSource
+
+            arch = self.active[n]
+            sweeps = [({**{k: v for k, v in arch.items() if k not in (self.lr_key, self.size_key)}, self.size_key: s},
+                       self.start_lrs) for s in self.sizes]
+            src = self._brackets[n] = BracketSource(self.spec, sweeps=sweeps, trial_base=n * MAX_POINTS,
+                                                    sweep_points=MAX_POINTS // len(self.sizes), outer=n)
+        return src
+
     def _open_jobs(self, n: int, recs: dict, running: Collection[str]) -> list[Job]:
+        if self.bracket:
+            src = self.bracket_source(n)
+            todo, done = [], []
+            for i in range(len(src.sweeps)):
+                missing, end = src.replay(i, recs)
+                todo += missing
+                done += src.sweep_jobs(i, end) if not missing else []
+            if not todo:
+                self._finish(n, [recs[j.key] for j in done])
+                self._brackets.pop(n, None)
+                return []
+            return [j for j in todo if j.key not in running]
         jobs = self.jobs(n)
         missing = [j for j in jobs if j.key not in recs]
         if not missing:

@@ -46,5 +46,9 @@
       });
     });
   }
+  Array.prototype.forEach.call(document.images, function (img) {  // data-loaded: 1 once decoded, 0 if broken
+    function mark() { img.setAttribute('data-loaded', img.naturalWidth > 0 ? '1' : '0'); }
+    if (img.complete) { mark(); } else { img.addEventListener('load', mark); img.addEventListener('error', mark); }
+  });
   if (main) { main.setAttribute('data-ready', '1'); }
 })();
