@@ -222,6 +222,9 @@ def _check_transfer(spec, ctx: Ctx) -> None:
     lb = spec.leaderboard
     if lb.transfer is None:
         raise ctx.error(("leaderboard", "transfer"), "search.transfer needs the size axis leaderboard.transfer (a key of space)")
+    if spec.space.get(lb.lr) is None:
+        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is not searched: search.transfer trains each size at the "
+                        "learning rates of space: (give it at least 3 values, or 2 starts with inner: bracket)")
     for key, what in ((lb.transfer, "leaderboard.transfer"), (lb.lr, "leaderboard.lr")):
         d = spec.space.get(key)
         if d is None:
