@@ -148,6 +148,8 @@ def test_bn_sigma_is_what_each_batchnorm_divides_by(knobs):
     Recovered here from the BN's own input and output: with gain 1 and shift 0, out = (in - mean) / sigma_c,
     so sigma_c = <in - mean, in - mean> / <in - mean, out> per channel (a least-squares fit, no variance formula)."""
     m = net(f"arch: plainnet, depth: 5, width: 4, stages: 1, {knobs}", seed=4)
+    with torch.no_grad():  # layer 3's BN input ~1e-3: its variance ~1e-6 is below BN's eps (1e-5), which then counts
+        m.blocks[3].layer.weight.mul_(1e-3)
     task = Task()
     snap = Prober(m, task, hessian=False).snapshot(None)
     seen = _bn_inputs(m, task.probe_batch[0])
@@ -157,6 +159,9 @@ def test_bn_sigma_is_what_each_batchnorm_divides_by(knobs):
         c = xin - xin.mean((0, 2, 3), keepdim=True)
         sig = (c * c).sum((0, 2, 3)) / (c * out).sum((0, 2, 3))
         assert snap[f"bn_sigma.{i}"] == pytest.approx(float(sig.mean()), rel=1e-4), i
+        if i == 3 and knobs != "norm: bn, parametrization: path":  # (there the BN input also holds h, unscaled)
+            std = c.pow(2).mean((0, 2, 3)).sqrt().mean()  # the plain standard deviation, without eps
+            assert float(sig.mean()) > 1.5 * float(std)  # so this layer tells sqrt(var + eps) from sqrt(var)
     # the BN input is what each norm sees: Path-BN the off-diagonal sum alone, BN in path space that sum + h
     if "path_bn" in knobs:
         b = m.blocks[2]
@@ -196,8 +201,7 @@ def test_grad_stream_is_autograds_norm_of_dloss_dhidden_per_layer():
         F.cross_entropy(m.head(h.mean((2, 3))), task.probe_batch[1]).backward()
         got = [snap[f"grad_stream.{i}"] for i in range(5)]
         assert got == pytest.approx([float(z.grad.norm()) for z in zs], rel=1e-5), knobs
-        # bn_sigma is also recorded after training steps' snapshots: a second snapshot measures again
-        assert all(f"bn_sigma.{i}" in snap for i in range(5))
+        assert all(f"bn_sigma.{i}" in snap for i in range(5))  # one per BatchNorm, in the same snapshot
 
 
 # ---------------------------------------------------------------- nas-stab probe
