@@ -311,6 +311,7 @@ def main() -> None:
          {"model": "  arch: mlp_resnet\n  aggregation: stam\n  aggregation_exponent: 0.5\n"}),
         ("tau-exponent-with-tau", "model.tau_exponent", {"model": "  arch: mlp_resnet\n  tau: 1/L\n  tau_exponent: 0.5\n"}),
         ("aggregation-exponent-on-mlp", "model.aggregation_exponent", {"model": "  arch: mlp\n  aggregation_exponent: 0.5\n"}),
+        ("stages-on-resnet", "model.stages", {"model": "  arch: resnet\n  depth: 8\n  stages: 1\n"}),
     ]:
         add(f"rule-{name}", expect, base(**secs))
 

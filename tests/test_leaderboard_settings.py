@@ -98,6 +98,7 @@ def _old_spec_hash(spec) -> str:
     plain["search"].pop("transfer", None)  # then search.transfer and the exponent knobs)
     plain["model"].pop("aggregation_exponent", None)
     plain["model"].pop("tau_exponent", None)
+    plain["model"].pop("stages", None)  # and model.stages (plainnet) came after them
     plain["space"] = spec.raw.get("space") if spec.raw else None
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -195,6 +195,7 @@ def _positive_diagonals(weight_model, path_model):
     "arch: mlp, width: 16, depth: 4",
     "arch: mlp_resnet, width: 8, depth: 2, branch_depth: 3, branches: 3",
     "arch: plainnet, width: 4, depth: 7",
+    "arch: plainnet, width: 4, depth: 5, stages: 1",
     "arch: resnet, width: 4, depth: 8, branches: 2",
     "arch: resnext, width: 2, depth: 11, branches: 2",
 ])
@@ -220,6 +221,7 @@ def test_path_reparameterization_computes_the_same_function(arch):
 
 
 @pytest.mark.parametrize("arch", ["arch: mlp, width: 32, depth: 4", "arch: plainnet, width: 4, depth: 6",
+                                  "arch: plainnet, width: 4, depth: 5, stages: 1",
                                   "arch: mlp_resnet, width: 16, depth: 2, branch_depth: 3, branches: 2"])
 def test_path_bn_is_invariant_to_rescaling_off_diagonals_but_bn_is_not(arch):
     """Path-BN Proposition 2: multiplying the trained (off-diagonal) parameters of

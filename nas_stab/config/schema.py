@@ -70,6 +70,7 @@ class ModelConfig:
     arch: str = _f("mlp_resnet", "architecture (nas-stab list)")
     depth: int = _f(4, "layers (mlp), residual blocks (mlp_resnet), 6n+2 (resnet), 9n+2 (resnext), conv layers (plainnet)", ge=1, le=10_000)
     width: int = _f(128, "hidden width (MLPs) or base channels (CNNs)", ge=1, le=65_536)
+    stages: int = _f(3, "plainnet: stages of conv layers (stage of layer i: floor(stages i / depth)); stage s has width * 2^s channels and its first layer (s > 0) stride 2. 3 = He et al.'s CIFAR plain net (w, 2w, 4w); 1 = every layer width channels at stride 1 (the Path-BN paper's Figure 4 stacked CNN); fewer than stages layers: one per stage", ge=1, le=3)
     branches: int = _f(1, "C, parallel branches per residual block", ge=1, le=4096)
     branch_depth: int = _f(1, "b, layers in each residual branch (mlp_resnet)", ge=1, le=16)
     aggregation: Union[str, float] = _f("sum", "sum | avg | stam | a number: alpha")

@@ -22,6 +22,9 @@ def _bad(key: str, reason: str):
 def common(spec, *, conv: bool):
     """Rules shared by every vision architecture."""
     m = spec.model
+    if m.stages != _DEFAULTS.stages and m.arch != "plainnet":
+        return _bad("stages", f"stages chooses the stages of arch plainnet's conv layers; {m.arch} "
+                              + ("has its own three stages (depth = 6n+2 or 9n+2)" if m.arch in PREACT_ARCHS else "has no stages"))
     for key in TRANSFORMER_KEYS:
         if getattr(m, key) != getattr(_DEFAULTS, key):
             return _bad(key, f"{key} applies to arch transformer only, not {m.arch}")

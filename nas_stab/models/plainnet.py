@@ -2,14 +2,18 @@
 of the Path-BN paper's Figure 4; He et al.'s CIFAR "plain" baselines).
 
     layer i: relu(Norm(conv3x3(h)))       i = 0..depth-1
-    widths w, 2w, 4w over three stages of (about) depth/3 layers; the first
-    layer of stages 2 and 3 has stride 2
+    `stages` S (default 3): layer i is in stage s = floor(S i / depth), with
+    width * 2^s channels; the first layer of each stage s > 0 has stride 2.
+    S = 3: widths w, 2w, 4w (He et al.); S = 1: every layer w channels at
+    stride 1 (the Path-BN paper's constant-width stacked CNN); a net of fewer
+    than S layers has one layer per stage
     head: global average pool, linear
 
 Each conv layer is one of `blocks`. In path space the chains are the runs of
 same-width stride-1 layers; the first layer (from the input channels, modulo
 pairing) and each stage's first layer start a chain and use ordinary BN under
-path_bn (docs/papers.md).
+path_bn (docs/papers.md). With one stage the whole net is ONE chain: layer 0
+(input channels -> w) is its head, layers 1..depth-1 its ratio layers.
 """
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ from nas_stab.models.base import StableModel, uses_path
 from nas_stab.models.stack import build_stack
 
 
-def stage_dims(depth: int, width: int) -> list[tuple[int, int, int]]:
-    """(kernel, out, stride) of each layer: stage of layer i is floor(3 i / depth)."""
+def stage_dims(depth: int, width: int, stages: int = 3) -> list[tuple[int, int, int]]:
+    """(kernel, out, stride) of each layer: stage of layer i is floor(stages i / depth)."""
     dims, prev = [], 0
     for i in range(depth):
-        s = min(2, 3 * i // depth)
+        s = min(stages - 1, stages * i // depth)
         dims.append((3, width * 2 ** s, 2 if s > prev else 1))
         prev = s
     return dims
@@ -35,7 +39,7 @@ def stage_dims(depth: int, width: int) -> list[tuple[int, int, int]]:
 class PlainNet(StableModel):
     def __init__(self, in_shape, classes: int, cfg):
         super().__init__()
-        dims = stage_dims(cfg.depth, cfg.width)
+        dims = stage_dims(cfg.depth, cfg.width, cfg.stages)
         self.blocks = build_stack(dims, in_shape[0], conv=True, norm=cfg.norm, path=uses_path(cfg), ln_mode=cfg.ln_mode)
         cout = dims[-1][1]
         self.head = nn.Linear(cout, classes)
@@ -54,6 +58,6 @@ def _check_plainnet(spec):
     return checks.plain(spec, conv=True)
 
 
-@ARCHS.register("plainnet", task="classification", check=_check_plainnet, doc="CNN without skips, depth conv layers in 3 stages")
+@ARCHS.register("plainnet", task="classification", check=_check_plainnet, doc="CNN without skips, depth conv layers in `stages` stages (3: widths w, 2w, 4w; 1: constant width)")
 def build_plainnet(spec, info):
     return PlainNet(info.in_shape, info.classes, spec.model)

@@ -63,6 +63,7 @@ VISION_KEYS = {
     "depth": "use enc_layers and dec_layers",
     "width": "use d_model and ffn_per_branch",
     "branch_depth": "the transformer's branches are heads and FFN slices",
+    "stages": "stages applies to plainnet",
     "ln_mode": "its LayerNorm normalizes over d_model",
     "scalar_bias": "its projections have ordinary biases",
 }

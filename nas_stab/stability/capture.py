@@ -16,6 +16,23 @@ def rms_t(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(t.detach(), dtype=torch.float32) / math.sqrt(max(t.numel(), 1))
 
 
+def batch_norms(model: nn.Module) -> list[nn.Module]:
+    """The model's BatchNorm modules in module (definition) order: `bn_sigma.<j>` is the j-th. In
+    mlp and plainnet the norm of layer j (BN or Path-BN: both are a BatchNorm on what they normalize)."""
+    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+def bn_sigma_t(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """The divisor a BatchNorm in training mode applies to each channel of its input `x`
+    ([N, C] or [N, C, ...]): sqrt(biased batch variance over every dimension but the channels + eps),
+    averaged over the channels; a 0-d float32 tensor (no host sync). The Path-BN paper's sigma of a
+    hidden node, averaged over the nodes of the layer (its Figure 4, left)."""
+    x = x.detach().float()
+    dims = [0, *range(2, x.dim())]
+    var = x.var(dim=dims, unbiased=False)
+    return torch.sqrt(var + eps).mean()
+
+
 def _taps(block: nn.Module, name: str) -> list[nn.Module]:
     """The block's probe taps called `name` (see `models.base.Tap`)."""
     return [m for n, m in block.named_modules() if n.rsplit(".", 1)[-1] == name]
@@ -24,6 +41,8 @@ def _taps(block: nn.Module, name: str) -> list[nn.Module]:
 class Capture:
     """Forward hooks for one probe forward pass.
 
+    With `bn_sigma`, per BatchNorm module j (`batch_norms`): the batch standard
+    deviation its input is divided by, averaged over channels (`bn_sigma_t`).
     Per block i: the RMS of its input, of its residual stream before the
     Norm that follows the addition (its `stream_tap`; a block without one,
     such as a plain layer, gives its output), of its scaled branch sum (its
@@ -34,7 +53,8 @@ class Capture:
     them into floats in one transfer (one host sync per pass).
     """
 
-    def __init__(self, model: nn.Module, blocks: list[nn.Module], *, grads: bool = False, logits: bool = False):
+    def __init__(self, model: nn.Module, blocks: list[nn.Module], *, grads: bool = False, logits: bool = False,
+                 bn_sigma: bool = False):
         n = len(blocks)
         self.n = n
         self.block_rms: list[float] = [math.nan] * n  # the stream of each block (pre-norm)
@@ -58,6 +78,12 @@ class Capture:
         if logits:
             for t in _taps(model, "logits_tap"):
                 self.hooks.append(t.register_forward_hook(self._logits_hook))
+        self.bn_sigma: list[float] = []
+        if bn_sigma:
+            bns = batch_norms(model)
+            self.bn_sigma = [math.nan] * len(bns)
+            for j, m in enumerate(bns):
+                self.hooks.append(m.register_forward_hook(self._bn_hook(j)))
         self.hooks.append(model.register_forward_hook(self._model_hook))
 
     def _block_hook(self, i: int):
@@ -69,6 +95,13 @@ class Capture:
                 self._t[("out", i)] = rms_t(o)
                 if self.grads and o.requires_grad:
                     o.register_hook(lambda g, i=i: self._g.__setitem__(i, torch.linalg.vector_norm(g.detach(), dtype=torch.float32)))
+
+        return hook
+
+    def _bn_hook(self, j: int):
+        def hook(mod, inp, out):
+            if inp and torch.is_tensor(inp[0]):
+                self._t[("bn", j)] = bn_sigma_t(inp[0], mod.eps)
 
         return hook
 
@@ -108,7 +141,9 @@ class Capture:
             have_stream = set()
             for (kind, i), v in zip(keys, vals):
                 v = math.inf if math.isnan(v) else v  # nan: a non-finite value (overflow)
-                if kind == "in":
+                if kind == "bn":
+                    self.bn_sigma[i] = v
+                elif kind == "in":
                     self.in_rms[i] = v
                 elif kind == "branch":
                     self.branch_rms[i] = v

@@ -10,7 +10,7 @@ fixed probe batch (muP's coordinate check) and take a second snapshot.
 
 Writes into ``<out>/<name>/`` only ``probe.csv`` (one row per configuration and
 seed: every metric, per-block forward norms and hidden-stream gradient norms
-included), ``probe_slopes.csv`` (with two or more sizes: each metric's log-log
+and per-BatchNorm sigmas included), ``probe_slopes.csv`` (with two or more sizes: each metric's log-log
 slope against the size axis, with a 90% seed-bootstrap interval;
 `probe_seeds.py`), ``probe.md`` (the table of per-configuration medians over
 seeds, the slopes; also printed), ``probe_provenance.txt`` (spec hash, seeds,
@@ -21,6 +21,10 @@ run's directory:
 - ``probe_fwd_norm.png``: forward RMS norm per block at init (block 0 is the
   first block's input), one line per size (the `leaderboard.transfer` key's
   values), one panel per `leaderboard.compare` label; the muP coordinate check.
+- ``probe_per_layer.png`` (models with BatchNorm): the Path-BN paper's
+  Figure 4 form, `bn_sigma.<i>` and `grad_stream.<i>` against the layer index,
+  one line per configuration (median over seeds, band: their range), at init
+  and with --steps after them; probe.md lists the same values per layer.
 - ``probe_init_metrics.png`` (and ``probe_final_metrics.png`` with --steps):
   the coordinate check of every stability metric: one panel per metric, the
   size axis on x, one line per row (a `leaderboard.compare` label, and the

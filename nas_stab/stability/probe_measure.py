@@ -8,6 +8,8 @@ from typing import Any
 
 from nas_stab.metrics import PROBE_EXTRA, STABILITY_METRICS
 
+PER_LAYER = ("fwd_norm.", "grad_stream.", "bn_sigma.")  # the per-block / per-BatchNorm values of a snapshot in probe.csv
+
 
 class TaskCache:
     """Data is loaded once per distinct (task, probe batch, batch settings), not once per configuration."""
@@ -61,7 +63,7 @@ def probe_one(spec, seed: int, steps: int, tasks: TaskCache | None = None) -> di
             if k in s:
                 row[prefix + k] = s[k]
         for k, v in s.items():
-            if k.startswith(("fwd_norm.", "grad_stream.")):
+            if k.startswith(PER_LAYER):
                 row[prefix + k] = v
         if prober.nonfinite and row["status"] == "ok":
             what, value = prober.nonfinite

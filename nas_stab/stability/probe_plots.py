@@ -27,6 +27,9 @@ def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Pat
     if p:
         written.append(p)
     prefixes = ["init_"] + (["final_"] if steps else [])
+    p = _per_layer_plot(ok, [k for k in [*compare, *others, size_key] if k], prefixes, steps, plots_dir / "probe_per_layer.png")
+    if p:
+        written.append(p)
     for prefix in prefixes:
         p = _coordinate_check(ok, prefix, size_key, compare, others, plots_dir / f"probe_{prefix}metrics.png", steps)
         if p:
@@ -232,4 +235,56 @@ def _fwd_norm_plot(rows, size_key, compare, others, path: Path) -> Path | None:
             ax.set_ylim(lo / 1.5, hi * 1.5)
     axes[0].legend(fontsize=7, loc="best", title=size_key, title_fontsize=7)
     fig.suptitle("forward norm per block at initialization (coordinate check: flat lines across sizes = stable)", fontsize=10)
+    return _save(fig, path)
+
+
+def _per_layer_plot(rows, keys: list[str], prefixes: list[str], steps: int, path: Path) -> Path | None:
+    """The Path-BN paper's Figure 4 form, for models with BatchNorm: per layer i (x), `bn_sigma.<i>` (left)
+    and `grad_stream.<i>` (right, log y), one line per configuration (its searched keys' values), the median
+    over seeds with their range as a band; one row of panels at init, one after the steps."""
+    from matplotlib.ticker import MaxNLocator
+
+    from nas_stab.stability.probe_table import n_layers
+
+    if not n_layers(rows, "bn_sigma"):
+        return None
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    metrics = (("bn_sigma", "BN sigma (batch std of the BN input, mean over channels)"),
+               ("grad_stream", "L2 norm of dLoss / d(layer output)"))
+    fig, axes = _figure(len(prefixes) * 2, w=5.2, h=3.8, cols=2)
+    for row_i, prefix in enumerate(prefixes):
+        when = "at init" if prefix == "init_" else f"after {steps} step(s)"
+        for col, (m, ylabel) in enumerate(metrics):
+            ax = axes[2 * row_i + col]
+            finite = []
+            for c, r in enumerate(rows):
+                n = n_layers([r], m, prefix)
+                pts = [(i, r.get(f"{prefix}{m}.{i}")) for i in range(n)]
+                pts = [(i, float(v)) for i, v in pts if isinstance(v, (int, float)) and math.isfinite(v)]
+                if not pts:
+                    continue
+                color = cmap(c % 10)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if n <= 32 else None, ms=3, lw=1.4,
+                        color=color, label=_label(r, keys) if keys else f"config {r.get('config')}")
+                finite += [p[1] for p in pts]
+                band = [(i, r.get(f"{prefix}{m}.{i}_lo"), r.get(f"{prefix}{m}.{i}_hi")) for i in range(n)]
+                band = [b for b in band if all(isinstance(v, (int, float)) and math.isfinite(v) for v in b[1:])]
+                if band:  # the range over seeds
+                    ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
+                                    color=color, alpha=0.18, lw=0)
+                    finite += [b[1] for b in band] + [b[2] for b in band]
+            if m == "grad_stream" and finite and all(v > 0 for v in finite):
+                _log_y(ax, finite)
+            if m == "bn_sigma":
+                ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("layer index (0 = first layer)")
+            ax.set_ylabel(ylabel, fontsize=8)
+            ax.set_title(f"{m} {when}", fontsize=9)
+            ax.grid(alpha=0.3, which="major")
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle("per layer: BN sigma and hidden-gradient norm (median over seeds, band: range; Path-BN paper Fig. 4)",
+                 fontsize=10)
     return _save(fig, path)

@@ -48,7 +48,7 @@ def columns(rows: list[dict], keys: list[str]) -> list[str]:
             if any(prefix + m in r for r in rows):
                 metric_cols.append(prefix + m)
     tail = ["n_params", "blocks", "seconds", "error"]
-    return head + metric_cols + tail + _block_cols(rows, "fwd_norm") + _block_cols(rows, "grad_stream")
+    return head + metric_cols + tail + _block_cols(rows, "fwd_norm") + _block_cols(rows, "grad_stream") + _block_cols(rows, "bn_sigma")
 
 
 def write_slopes(path: Path, rows: list[dict], line_keys: list[str]) -> None:
@@ -161,9 +161,51 @@ def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seeds: l
         for r in sel:
             iv = f"{r['lo']:.2f} to {r['hi']:.2f}" if r.get("lo") is not None else ""
             lines.append("| " + " | ".join([*[fmt(r.get(k)) for k in line_keys], r["metric"], f"{r['slope']:.2f}", iv]) + " |")
+    lines += per_layer_markdown(rows, steps, many)
     lines += ["", f"nas_stab {nas_stab.__version__} (commit {git_commit()}), torch {torch.__version__}, {platform.machine()}, "
                   f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, {seconds:.1f}s"]
     return "\n".join(lines) + "\n"
+
+
+PER_LAYER_MAX_CONFIGS = 8  # more configurations: the per-layer table is left to probe.csv and the plot
+
+
+def n_layers(rows: list[dict], what: str, prefix: str = "init_") -> int:
+    """How many per-layer values `<prefix><what>.<i>` the rows hold (the largest i + 1)."""
+    idx = [int(k.rsplit(".", 1)[1]) for r in rows for k in r
+           if k.startswith(f"{prefix}{what}.") and not k.endswith(("_lo", "_hi"))]
+    return max(idx) + 1 if idx else 0
+
+
+def per_layer_markdown(rows: list[dict], steps: int, many: bool) -> list[str]:
+    """The Path-BN paper's Figure 4 as a table, for models with BatchNorm: per layer i, each
+    configuration's `bn_sigma.<i>` and `grad_stream.<i>` (medians over seeds), at init and after the
+    steps. Nothing for a model without BatchNorm, or for more than PER_LAYER_MAX_CONFIGS configurations."""
+    if not n_layers(rows, "bn_sigma"):
+        return []
+    out = ["", "## Per layer: BN sigma and hidden-gradient norm", ""]
+    if len(rows) > PER_LAYER_MAX_CONFIGS:
+        return out + [f"{len(rows)} configurations: the per-layer values `init_bn_sigma.<i>` and `init_grad_stream.<i>` "
+                      "are in probe.csv and plots/probe_per_layer.png."]
+    out += ["`sigma` (`bn_sigma.<i>`): the batch standard deviation the i-th BatchNorm divides its input by "
+            "(sqrt(variance + eps)), averaged over its channels; `grad` (`grad_stream.<i>`): the L2 norm of the "
+            "gradient of the probe loss with respect to layer i's output (docs/metrics.md). Columns `#c`: "
+            "configuration c of the table above" + ("; medians over seeds." if many else "."), ""]
+    for prefix in ["init_"] + (["final_"] if steps else []):
+        n = max(n_layers(rows, "bn_sigma", prefix), n_layers(rows, "grad_stream", prefix))
+        if not n:
+            continue
+        out.append("At init:" if prefix == "init_" else f"After {steps} step(s):")
+        out.append("")
+        head = ["layer", *[f"#{r['config']} sigma" for r in rows], *[f"#{r['config']} grad" for r in rows]]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "|".join(["---:"] * len(head)) + "|")
+        for i in range(n):
+            cells = [str(i), *[fmt(r.get(f"{prefix}bn_sigma.{i}")) for r in rows],
+                     *[fmt(r.get(f"{prefix}grad_stream.{i}")) for r in rows]]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return out[:-1] if out[-1] == "" else out
 
 
 def fmt(v: Any) -> str:

@@ -145,7 +145,8 @@ class Prober:
         `fwd_ratio` (Transformer: also `enc_fwd_ratio`, `dec_fwd_ratio`),
         `branch_ratio`, `grad_norm`, `branch_grad_norm`, `grad_norm.<name>`
         (per branch weight), `grad_stream.<i>` (gradient norm with respect to
-        block i's output), `grad_ratio`, `probe_loss`; with an optimizer
+        block i's output), `bn_sigma.<j>` (the batch standard deviation the
+        j-th BatchNorm divides by, averaged over its channels), `grad_ratio`, `probe_loss`; with an optimizer
         `update_ratio`, `update_norm`, `loss_drop`, `dw_ratio.<name>`; when
         the Hessian is due `sharpness`, `sharpness_iters`,
         `sharpness_converged`, and with an optimizer `lr_sharpness`,
@@ -164,7 +165,7 @@ class Prober:
         out: dict[str, float] = {}
         transformer = getattr(model, "enc_blocks", None) is not None
 
-        cap = Capture(model, blocks, grads=True, logits=transformer)
+        cap = Capture(model, blocks, grads=True, logits=transformer, bn_sigma=True)
         attn = math_attention() if do_hessian else contextlib.nullcontext()
         try:
             with probe_mode(model, self._modes), attn:
@@ -207,6 +208,8 @@ class Prober:
         return out
 
     def _forward_metrics(self, out: dict, cap: Capture, transformer: bool, before: torch.Tensor) -> None:
+        for j, v in enumerate(cap.bn_sigma):  # nan: the BatchNorm did not run; inf: its input overflowed
+            out[f"bn_sigma.{j}"] = v
         for i, v in enumerate(cap.block_rms):  # nan: the block did not run; inf: it overflowed
             out[f"fwd_norm.{i}"] = v
             if math.isinf(v):
