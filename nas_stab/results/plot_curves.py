@@ -28,12 +28,11 @@ COLUMN = "train_loss"
 
 
 def best_lr_codes(a: Analysis) -> dict[tuple[int, int], int]:
-    """(row label, size) -> the lr code of the tried lr with the best seed-mean metric (ties: the smaller lr)."""
-    sign = 1.0 if a.settings.direction == "maximize" else -1.0
-    c = a.cells.assign(score=sign * a.cells["mean"]).sort_values(
-        ["_k", "_s", "score", "_l"], ascending=[True, True, False, True], kind="mergesort")
-    top = c.groupby(["_k", "_s"], sort=True).head(1)
-    return {(int(k), int(s)): int(lc) for k, s, lc in zip(top["_k"], top["_s"], top["_l"])}
+    """(row label, size) -> the lr code of the analysis's best tried lr there (`grid_lr`: the best
+    seed-mean metric, ties to the smaller lr)."""
+    code = {float(lr): int(lc) for lc, lr in zip(a.cells["_l"], a.cells["lr"])}
+    return {(int(k), int(s)): code[float(lr)] for k, s, lr in zip(a.sizes["_k"], a.sizes["_s"], a.sizes["grid_lr"])
+            if float(lr) in code}
 
 
 def loss_curves(a: Analysis, history_dirs: dict[str, Path], *, points: int = 100) -> pd.DataFrame:

@@ -129,7 +129,8 @@ def resume_seed(study, name: str, seed: int) -> None:
     stopped after n trials would train its first configurations a second time (TPE's random
     start-up trials likewise). The offset keeps a resumed search reproducible: the same
     interruption point gives the same draws. QMC is left alone: its scramble is the seed and it
-    continues its sequence from the trial count in the storage.
+    continues its sequence from the trial count in the storage. A transfer search calls it before
+    every outer ask, so its resumed search asks exactly what an uninterrupted one asks.
     """
     if name in ("qmc", "grid", "bracket"):
         return

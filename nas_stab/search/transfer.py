@@ -206,14 +206,11 @@ class TransferSource:
         return lambda k: params[k] if k in params else self._base(k)
 
     def _ask(self) -> int:
-        name = self.spec.search.sampler
-        if name != "qmc":  # qmc indexes its sequence by the study's trials: its one seed must stay
-            from nas_stab.search.optuna_study import make_sampler
+        from nas_stab.search.optuna_study import resume_seed
 
-            # a seeded sampler started again by a resumed search would replay its first draws (an outer
-            # trial sampled twice); seeded by the trials so far, a resumed search asks what an
-            # uninterrupted one asks (the samplers keep no other state than the study)
-            self.study.sampler = make_sampler(name, self.spec.search.seed + len(self.study.get_trials(deepcopy=False)))
+        # reseeded before every ask (not only on resume): a resumed search then asks what an
+        # uninterrupted one asks (the samplers keep no other state than the study)
+        resume_seed(self.study, self.spec.search.sampler, self.spec.search.seed)
         n_so_far = len(self.study.get_trials(deepcopy=False))
         start = self.spec.search.transfer.start or []
         if n_so_far < len(start):  # the architectures to evaluate first, in order
