@@ -283,3 +283,27 @@ def test_no_parabola_through_a_divergence_cliff():
     sz = a.sizes.set_index("size")
     assert sz.loc[1, "m_star"] == pytest.approx(0.82) and sz.loc[1, "best_lr"] == pytest.approx(0.04)
     assert sz.loc[1, "censored"] == ""
+
+
+def _sweep_rows(last_cell):
+    """Sizes 1 and 2, 3 seeds, lrs 0.01..0.08: 0.70, 0.78, 0.82 in every seed, then `last_cell` (one value per seed)."""
+    rows = []
+    for s in (1, 2):
+        for x, vals in zip(X[:4], ([0.70] * 3, [0.78] * 3, [0.82] * 3, last_cell)):
+            for k in range(3):
+                rows.append({"seed": k, "train.lr": float(0.01 * 2**x), "model.branches": s, "model.aggregation": "a",
+                             "status": "complete", "val_acc": vals[k]})
+    return rows
+
+
+def test_no_parabola_through_a_cell_where_some_seeds_did_not_learn():
+    # the cell after the best holds two seeds at 0.80 and one stuck at chance (0.10, a finite loss, so not
+    # 'diverged'): its mean 0.567 is above the trains threshold, but it is a cliff, not a curve. A parabola
+    # through (1, .78), (2, .82), (3, .567) would peak at x = 1.64 with 0.839, above every measurement.
+    a = run(_sweep_rows([0.80, 0.80, 0.10]), classes=10)
+    sz = a.sizes.set_index("size")
+    assert sz.loc[1, "m_star"] == pytest.approx(0.82) and sz.loc[1, "best_lr"] == pytest.approx(0.04)
+    # control: the same mean reached by every seed learning is a curve, and the parabola is fitted
+    b = run(_sweep_rows([0.567, 0.567, 0.567]), classes=10)
+    sb = b.sizes.set_index("size")
+    assert sb.loc[1, "m_star"] == pytest.approx(0.8394, abs=1e-4) and sb.loc[1, "best_lr"] == pytest.approx(0.01 * 2**1.636, rel=1e-3)

@@ -42,8 +42,8 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
          full: bool = True, pruned: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Optima, drift, slope, regrets and sensitivity of seed-mean curves M[B, row, size, lr]
     (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size)
-    and ref[row] the reference size code; pruned[row, size, lr] marks the cells holding a pruned
-    run (no parabola through them). See docs/leaderboard.md for each formula."""
+    and ref[row] the reference size code; pruned[row, size, lr] marks the cells no parabola may
+    pass through (a pruned run, or a seed that did not learn). See docs/leaderboard.md for each formula."""
     B, K, S, L = M.shape
     score = sign * M
     fin = np.isfinite(M[0])  # which lrs were tried at each size: the same in every replicate
@@ -67,8 +67,8 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
     # locally quadratic, and a parabola through the cliff would overshoot the data
     refine = (cens == 0) & np.isfinite(y0) & np.isfinite(y2) & (y0 > thr + EPS) & (y2 > thr + EPS)
     if pruned is not None and pruned.any():
-        # nor through a cell with a pruned run: its value is where the run was stopped, a pessimistic
-        # stand-in for where it would have ended, and a parabola through it would lean away from it
+        # nor through a cell with a pruned run (its value is where the run was stopped, a pessimistic
+        # stand-in for where it would have ended) or a seed that did not learn (a cliff in the mean)
         P = np.broadcast_to(pruned[None], M.shape)
         refine &= ~(_take(P, jm) | _take(P, j) | _take(P, jp))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -160,9 +160,15 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     if "pruned" in per_seed.columns:
         hit = per_seed["pruned"].to_numpy() > 0
         pruned[per_seed["_k"].to_numpy()[hit], per_seed["_s"].to_numpy()[hit], l_loc[hit]] = True
+    # a cell where some seed did not learn (its value at the no-learning level: diverged, or stuck at
+    # chance with a finite loss) mixes two regimes: its mean is a point on a cliff, not on a smooth
+    # curve, so no parabola goes through it either (docs/leaderboard.md, step 2)
+    with np.errstate(invalid="ignore"):
+        part_failed = (np.isfinite(V) & (sign * V <= thr + EPS)).any(-1)
+    no_parabola = pruned | part_failed
     with _quiet():
         P = np.nanmean(V, -1)
-        point = fit(P[None], X, sign, thr, U, ref, pruned=pruned)
+        point = fit(P[None], X, sign, thr, U, ref, pruned=no_parabola)
 
     # paired bootstrap over seeds: one multinomial draw of seed indices per row and replicate
     reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar", "score")}
@@ -189,7 +195,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
             if partial:  # a cell whose seeds the resample all missed (fewer seeds than its row) keeps its mean
                 Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
             with _quiet():
-                r = fit(Mb, X[sel], sign, thr, U, ref[sel], full=False, pruned=pruned[sel])
+                r = fit(Mb, X[sel], sign, thr, U, ref[sel], full=False, pruned=no_parabola[sel])
             for name in reps:
                 reps[name].append(r[name])
             done += b
