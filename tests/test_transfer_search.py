@@ -432,13 +432,22 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
 
     made = []
     real = optuna_study.make_sampler
-    monkeypatch.setattr(optuna_study, "make_sampler", lambda name, seed: made.append(real(name, seed)) or made[-1])
+    monkeypatch.setattr(optuna_study, "make_sampler", lambda name, seed, **kw: made.append(real(name, seed, **kw)) or made[-1])
     _run(NSGA2, tmp_path, monkeypatch)
     d = tmp_path / "tiny"
     assert made and all(isinstance(s, optuna.samplers.NSGAIISampler) for s in made)
     study = outer_study(d)
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 5 and all(len(t.values) == 2 for t in trials)
+    # search.population_size unset: 5 // 4 -> 2 (not Optuna's 50), so the 5 outer trials evolve (NSGA-II
+    # stores each trial's generation in its system attrs); the outer study's sampler and each reseeded one
+    # (before every ask) have it (those of 50: the run's own study of inner runs, enqueued, and a placeholder)
+    outer = [s for s in made if s.population_size != 50]
+    assert len(outer) >= 5 and {s.population_size for s in outer} == {2}
+    assert study.user_attrs["nsga2_population_size"] == 2
+    gens = [t.system_attrs["NSGAIISampler:generation"] for t in trials]
+    assert gens == sorted(gens) and gens[0] == 0 and max(gens) >= 1, gens
+    assert all(gens.count(g) >= 2 for g in set(gens) if g < max(gens))  # a generation is full before the next
     assert len({t.params["model.aggregation_exponent"] for t in trials}) == 5
     # the front by definition: no other outer trial at least as good in both (maximized) and better in one
     v = {t.number: t.values for t in trials}
@@ -457,6 +466,120 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
     section = md[md.index("## Pareto front of the transfer search"):md.index("## Provenance")]
     shown = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "outer trial" not in line]
     assert {int(n) for f, n in shown if "yes" in f} == front and "](plots/pareto.png)" in section
+
+
+def test_nsga2_default_population_gives_several_generations():
+    """search.population_size unset: search.trials // 4, clamped to [2, 50] (Optuna's own default 50
+    left a search of <= 50 trials random); every value is one NSGAIISampler accepts."""
+    import optuna
+
+    from nas_stab.search.optuna_study import default_population, make_sampler
+
+    assert {t: default_population(t) for t in (1, 5, 8, 11, 12, 20, 100, 199, 200, 1000)} == {
+        1: 2, 5: 2, 8: 2, 11: 2, 12: 3, 20: 5, 100: 25, 199: 49, 200: 50, 1000: 50}
+    assert default_population(None) == 50
+    for t in range(8, 201):
+        assert t / default_population(t) >= 4  # at least four generations up to 200 trials
+    for t in (1, 12, 200):
+        s = make_sampler("nsga2", 0, population_size=default_population(t))
+        assert isinstance(s, optuna.samplers.NSGAIISampler) and s.population_size == default_population(t)
+    assert make_sampler("nsga2", 0).population_size == 50  # unset: Optuna's default
+
+
+def _fake_transfer_records(src, n_runs=10_000):
+    """Drive a TransferSource on synthetic records (no training): accuracy peaks at lr 0.1, best for p near 0.3."""
+    records = []
+    for _ in range(n_runs):
+        jobs = src.pending(records, ())
+        if jobs is None:
+            break
+        j = jobs[0]
+        p, lr = j.params["model.aggregation_exponent"], j.params["train.lr"]
+        acc = 0.9 - 0.3 * (p - 0.3) ** 2 - 0.02 * (math.log2(lr) - math.log2(0.1)) ** 2 + 0.001 * j.seed
+        records.append({"key": j.key, "seed": j.seed, "trial": j.trial, "outer_trial": j.outer, "status": "complete",
+                        "val_acc": acc, **j.params})
+    return records
+
+
+def test_nsga2_breeds_generations_of_the_population_size_and_a_resume_keeps_it(tmp_path):
+    """search.population_size: 3 with 10 outer trials: generations 0..3 of 3 trials each (the last one
+    short), each later one bred from the parents NSGA-II selected (cached in the study's system attrs); a
+    study reopened keeps the size it was made with, and one made before the key (trials, no record) 50."""
+    import optuna
+
+    from nas_stab.config import loads_spec
+    from nas_stab.search.optuna_study import make_storage, resume_seed
+    from nas_stab.search.transfer import POPULATION_ATTR, TransferSource, open_outer_study
+
+    text = spec_text(TRANSFER, seeds=1, search={"sampler": "nsga2", "trials": 10, "population_size": 3, "objective": "val_acc",
+                                                "transfer": {"objectives": ["transfer_score", "best"]}})
+    spec = loads_spec(text)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    src = TransferSource(spec, storage=url)
+    assert src.study.sampler.population_size == 3
+    _fake_transfer_records(src)
+    trials = src.study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 10
+    gens = [t.system_attrs["NSGAIISampler:generation"] for t in trials]
+    assert gens == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3], gens  # one outer trial open at a time: exactly 3 per generation
+    storage = make_storage(url)  # the study's system attrs through the storage's public API
+    attrs = storage.get_study_system_attrs(storage.get_study_id_from_name("tiny/transfer"))
+    parents = {k: v for k, v in attrs.items() if k.startswith("NSGAIISampler:parent:")}
+    assert sorted(parents) == [f"NSGAIISampler:parent:{g}" for g in (1, 2, 3)]
+    assert all(len(v) == 3 for v in parents.values())
+    assert src.study.user_attrs[POPULATION_ATTR] == 3
+    # reopened with the key unset: the size the study was made with, also after a reseed
+    unset = loads_spec(text.replace("population_size: 3", "population_size: null"))
+    study = open_outer_study(unset, url)
+    assert study.sampler.population_size == 3
+    resume_seed(study, "nsga2", 0)
+    assert study.sampler.population_size == 3
+    # a study made before search.population_size existed: trials, no record -> Optuna's default it used
+    optuna.load_study(study_name="tiny/transfer", storage=url).set_user_attr(POPULATION_ATTR, None)  # (no delete)
+    assert open_outer_study(unset, url).sampler.population_size == 50
+    # a new study with the key unset: the default rule of search.trials (10 // 4 = 2), recorded
+    new = open_outer_study(unset, f"sqlite:///{tmp_path / 'new.db'}")
+    assert new.sampler.population_size == 2 and new.user_attrs[POPULATION_ATTR] == 2
+
+
+@pytest.mark.parametrize("search, key, message", [
+    ({"sampler": "tpe", "population_size": 4}, "search.population_size", "only applies to search.sampler: nsga2"),
+    ({"sampler": "random", "population_size": 4}, "search.population_size", "the sampler is random"),
+    ({"sampler": "nsga2", "population_size": 1}, "search.population_size", "must be >= 2"),
+    ({"sampler": "nsga2", "population_size": "many"}, "search.population_size", ""),
+])
+def test_a_bad_population_fails_at_load_naming_file_line_and_key(search, key, message):
+    import yaml
+
+    from nas_stab.config import loads_spec
+    from nas_stab.errors import SpecError
+
+    data = yaml.safe_load(NSGA2)
+    data["search"].update(search)
+    text = yaml.safe_dump(data, sort_keys=False)
+    with pytest.raises(SpecError) as e:
+        loads_spec(text, file="exp.yaml")
+    assert e.value.key == key, str(e.value)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if s.strip().startswith("population_size:"))
+    assert str(e.value).startswith(f"exp.yaml:{line}: {key}: ") and message in str(e.value), str(e.value)
+
+
+def test_population_size_is_in_the_hash_only_when_set_and_a_useless_one_warns():
+    import yaml
+
+    from nas_stab.config import loads_spec, spec_hash
+
+    unset = loads_spec(NSGA2)
+    data = yaml.safe_load(NSGA2)
+    data["search"]["population_size"] = None
+    assert spec_hash(loads_spec(yaml.safe_dump(data))) == spec_hash(unset)  # null: the default, out of the hash
+    data["search"]["population_size"] = 2
+    two = loads_spec(yaml.safe_dump(data))
+    assert spec_hash(two) != spec_hash(unset) and not two.notes  # 2 < 5 trials: evolves
+    data["search"]["population_size"] = 5
+    five = loads_spec(yaml.safe_dump(data, sort_keys=False), file="exp.yaml")
+    assert any(n.startswith("exp.yaml:") and "search.population_size: 5 individuals per generation and 5 trials" in n
+               and "never evolves" in n for n in five.notes), five.notes
 
 
 @pytest.mark.slow
