@@ -329,6 +329,14 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
         assert t.values == [pytest.approx(row.iloc[0]["transfer_score"], rel=1e-12, abs=1e-15),
                             pytest.approx(row.iloc[0]["best"], rel=1e-12, abs=1e-15)]
         assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
+    # how each (architecture, size) sweep ended: the table's replay (matching trials.csv rows by their values)
+    # is the search's own (its runs' keys, the outer study's exact values)
+    from nas_stab.results.leaderboard import BRACKET_END_TEXT
+    from nas_stab.results.values import fmt_value
+
+    decided = {(fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]
+               for t in trials for e in _sweeps_of(spec, t).report(got)}
+    assert a.sizes.set_index(["label", "size"])["bracket_end"].to_dict() == decided and "" not in decided.values()
     # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)
     study = optuna.load_study(study_name="tiny", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
     assert read_run(d).spec.search.pruner.name == "sweep"
@@ -343,6 +351,91 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
         assert by_key[r["key"]].intermediate_values  # reported, so the pruner was asked
     assert all(len(v) == 1 for v in groups.values()) and len(groups) == 3 * 2
     assert read_run(d).spec.search.transfer.inner == "bracket"
+
+
+# (size 4 of an architecture with p < 0.5 peaks far above lr_limits: limit; with p >= 0.5 it peaks at 0.4 and
+# diverges above 0.5: a divergence wall; size 1 peaks at 0.2: bracketed)
+ENDS_SPEC = spec_text(BRACKETED, search={**__import__("yaml").safe_load(BRACKETED)["search"], "sampler": "random",
+                                         "trials": 2, "transfer": {"objectives": ["transfer_score", "best"], "inner": "bracket",
+                                                                   "start": [{"model.aggregation_exponent": 0.25},
+                                                                             {"model.aggregation_exponent": 0.75}]}})
+
+
+def _ends_record(job):
+    size, p, lr = job.params["model.branches"], job.params["model.aggregation_exponent"], job.params["train.lr"]
+    opt, wall = (0.2, math.inf) if size == 1 else ((10.0, math.inf) if p < 0.5 else (0.4, 0.5))
+    r = {"key": job.key, "seed": job.seed, "trial": job.trial, "outer_trial": job.outer, **job.params}
+    if lr > wall:
+        return {**r, "status": "diverged", "val_acc": math.nan}
+    return {**r, "status": "complete", "val_acc": 0.9 - 0.05 * (math.log2(lr) - math.log2(opt)) ** 2 + 0.003 * job.seed}
+
+
+def _ends_run(tmp_path):
+    """A finished inner-bracket transfer search on synthetic records, written as a run directory stores it
+    (learning rates and exponents to 6 digits, keys not the ones the stored spec computes); the ends the
+    search decided, per (architecture, size)."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from nas_stab.config import loads_spec
+    from nas_stab.search.bracket import BracketSource
+    from nas_stab.search.transfer import TransferSource, inner_sweeps
+
+    sys.path.insert(0, str(Path(__file__).parent / "data"))
+    from lb_fixtures import make_run, spec_dict
+
+    spec = loads_spec(ENDS_SPEC)
+    src = TransferSource(spec, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    records = []
+    while (jobs := src.pending(records, ())) is not None:
+        records += [_ends_record(j) for j in jobs]
+    decided = {}
+    for t in src.study.get_trials(deepcopy=False):
+        p = t.params["model.aggregation_exponent"]
+        ends = BracketSource(spec, sweeps=inner_sweeps(spec, t.params)).report([r for r in records if r["outer_trial"] == t.number])
+        decided.update({(p, e.params["model.branches"]): e.end for e in ends})
+    for n, r in enumerate(records):
+        r["train.lr"] = float(f"{r['train.lr']:.6g}")
+        r["model.aggregation_exponent"] = float(f"{r['model.aggregation_exponent']:.6g}")
+        r["key"] = f"{n:016x}"
+    data = yaml.safe_load(ENDS_SPEC)
+    data["meta"] = spec_dict()["meta"]
+    return make_run(tmp_path, records, spec=data, history=False), decided
+
+
+def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
+    """search.transfer.inner: bracket: the leaderboard replays each outer trial's sweeps (one per size) from
+    the records alone, as search.sampler: bracket's, and marks them the same way in every format."""
+    import pandas as pd
+
+    from nas_stab.results.leaderboard import build_leaderboard, load_analysis
+    from nas_stab.results.tables import display_table
+
+    d, decided = _ends_run(tmp_path)
+    assert decided == {(0.25, 1): "bracketed", (0.25, 4): "limit", (0.75, 1): "bracketed", (0.75, 4): "divergence wall"}
+    a, _, _ = load_analysis([d], n_boot=0)
+    sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
+    assert sz == {("0.25", 1): "bracketed", ("0.25", 4): "limit", ("0.75", 1): "bracketed", ("0.75", 4): "divergence wall"}
+    headers, text, _ = display_table(a)
+    shown = {t[headers.index("model.aggregation_exponent")]: t[headers.index("best_lr(s)")] for t in text}
+    for label in ("0.25", "0.75"):
+        assert shown[label].startswith("1:") and "(" not in shown[label].split(" 4:")[0], shown  # bracketed: no mark
+    assert shown["0.25"].endswith(" 4:>=1.6 (limit)") and shown["0.75"].endswith("(wall)"), shown
+    paths = build_leaderboard([d], formats=("md", "csv"), plots=False, n_boot=0)
+    assert "4:\\>=1.6 (limit)" in paths["md"].read_text() and "(wall)" in paths["md"].read_text()
+    sizes_csv = pd.read_csv(paths["sizes_csv"])
+    assert set(sizes_csv["bracket_end"]) == {"bracketed", "limit", "divergence wall"}
+    # the search stopped mid-round in outer trial 1's size 4: that sweep is unfinished, the rest as before
+    t = pd.read_csv(d / "trials.csv")
+    last = t[(t["outer_trial"] == 1) & (t["model.branches"] == 4)].index[-1]
+    t.drop(index=last).to_csv(d / "trials.csv", index=False)
+    a, _, _ = load_analysis([d], n_boot=0)
+    sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
+    assert sz == {("0.25", 1): "bracketed", ("0.25", 4): "limit", ("0.75", 1): "bracketed", ("0.75", 4): "unfinished"}
+    headers, text, _ = display_table(a)
+    assert any(t[headers.index("best_lr(s)")].endswith("(unfinished)") for t in text)
 
 
 @pytest.mark.parametrize("where", ["between-last-record-and-tell", "mid-round"])
@@ -361,6 +454,14 @@ def test_a_stopped_bracketed_transfer_search_resumes_without_training_twice(tmp_
     from nas_stab.results.status import status_text
 
     assert "0 of 3 outer trials scored" in status_text(d) and "3 outer trial(s) not scored" in status_text(d)
+    from nas_stab.results.leaderboard import load_analysis
+    from nas_stab.results.tables import display_table
+
+    a, _, _ = load_analysis([d], n_boot=0)  # outer trial 0's last round cut short: its sweep unfinished
+    ends = a.sizes["bracket_end"].tolist()
+    assert ("unfinished" in ends) == (where == "mid-round") and "" not in ends, ends
+    headers, text, _ = display_table(a)
+    assert any("(unfinished)" in t[headers.index("best_lr(s)")] for t in text) == (where == "mid-round")
     second = _run(BRACKETED, tmp_path, monkeypatch)
     after = rows(d)
     assert len(second) == len(full) - stop_after  # only what was missing

@@ -56,6 +56,16 @@ def inner_points(spec) -> list[dict]:
     return [{lb.transfer: s, lb.lr: lr} for s, lr in itertools.product(*(spec.space.values_of(d) for d in dims))]
 
 
+def inner_sweeps(spec, arch: dict) -> list[tuple[dict, list[float]]]:
+    """inner: bracket: the sweeps of an outer trial whose architecture is `arch` (its searched values
+    other than the lr and the size): one per size of `space:`, each started at the lr values of `space:`.
+    The search's `BracketSource` and the leaderboard's replay of how each sweep ended use this one rule."""
+    lb = spec.leaderboard
+    rest = {k: v for k, v in arch.items() if k not in (lb.lr, lb.transfer)}
+    start = [float(v) for v in spec.space.values_of(spec.space.get(lb.lr))]
+    return [({**rest, lb.transfer: s}, start) for s in spec.space.values_of(spec.space.get(lb.transfer))]
+
+
 def study_name(spec) -> str:
     return f"{spec.name}/transfer"
 
@@ -126,7 +136,6 @@ class TransferSource:
 
         self.bracket = inner_bracket(spec)  # each size's lr bracketed (search.transfer.inner: bracket)
         self.sizes = list(spec.space.values_of(spec.space.get(self.size_key)))
-        self.start_lrs = [float(v) for v in spec.space.values_of(spec.space.get(self.lr_key))]
         self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
         self.outer_dims = [d for d in spec.space if d.key not in (self.lr_key, self.size_key)]
         self._base = base_lookup(spec)
@@ -208,10 +217,8 @@ class TransferSource:
         if src is None:
             from nas_stab.search.bracket import BracketSource
 
-            arch = self.active[n]
-            sweeps = [({**{k: v for k, v in arch.items() if k not in (self.lr_key, self.size_key)}, self.size_key: s},
-                       self.start_lrs) for s in self.sizes]
-            src = self._brackets[n] = BracketSource(self.spec, sweeps=sweeps, trial_base=n * MAX_POINTS,
+            src = self._brackets[n] = BracketSource(self.spec, sweeps=inner_sweeps(self.spec, self.active[n]),
+                                                    trial_base=n * MAX_POINTS,
                                                     sweep_points=MAX_POINTS // len(self.sizes), outer=n)
         return src
 
