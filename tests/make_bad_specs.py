@@ -330,6 +330,16 @@ def main() -> None:
     ]:
         add(f"rule-{name}", expect, base(**secs))
 
+    # 13. search.population_size (nsga2's population, h57); appended last
+    nsga2 = "  sampler: nsga2\n  trials: 8\n  transfer: {}\n"
+    for name, expect, secs in [
+        ("population-without-nsga2", "search.population_size",
+         {"search": "  sampler: tpe\n  trials: 8\n  population_size: 4\n  transfer: {}\n", "space": arch, "leaderboard": lb}),
+        ("population-of-one", "search.population_size",
+         {"search": nsga2 + "  population_size: 1\n", "space": arch, "leaderboard": lb}),
+    ]:
+        add(f"rule-{name}", expect, base(**secs))
+
     for i, (name, expect, text) in enumerate(cases):
         data = text if isinstance(text, bytes) else text.encode("utf-8")
         header = f"# expect: {expect}\n".encode()

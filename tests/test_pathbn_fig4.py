@@ -100,6 +100,7 @@ def test_three_stage_plainnet_is_unchanged_bit_for_bit(monkeypatch, knobs):
         plain.pop(k, None)
     plain["search"].pop("bracket", None)
     plain["search"].pop("transfer", None)
+    plain["search"].pop("population_size", None)  # (added after stages)
     for k in ("aggregation_exponent", "tau_exponent", "stages"):
         plain["model"].pop(k, None)
     plain["space"] = s.raw.get("space") if s.raw else None

@@ -329,6 +329,14 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
         assert t.values == [pytest.approx(row.iloc[0]["transfer_score"], rel=1e-12, abs=1e-15),
                             pytest.approx(row.iloc[0]["best"], rel=1e-12, abs=1e-15)]
         assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
+    # how each (architecture, size) sweep ended: the table's replay (matching trials.csv rows by their values)
+    # is the search's own (its runs' keys, the outer study's exact values)
+    from nas_stab.results.leaderboard import BRACKET_END_TEXT
+    from nas_stab.results.values import fmt_value
+
+    decided = {(fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]
+               for t in trials for e in _sweeps_of(spec, t).report(got)}
+    assert a.sizes.set_index(["label", "size"])["bracket_end"].to_dict() == decided and "" not in decided.values()
     # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)
     study = optuna.load_study(study_name="tiny", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
     assert read_run(d).spec.search.pruner.name == "sweep"
@@ -343,6 +351,91 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
         assert by_key[r["key"]].intermediate_values  # reported, so the pruner was asked
     assert all(len(v) == 1 for v in groups.values()) and len(groups) == 3 * 2
     assert read_run(d).spec.search.transfer.inner == "bracket"
+
+
+# (size 4 of an architecture with p < 0.5 peaks far above lr_limits: limit; with p >= 0.5 it peaks at 0.4 and
+# diverges above 0.5: a divergence wall; size 1 peaks at 0.2: bracketed)
+ENDS_SPEC = spec_text(BRACKETED, search={**__import__("yaml").safe_load(BRACKETED)["search"], "sampler": "random",
+                                         "trials": 2, "transfer": {"objectives": ["transfer_score", "best"], "inner": "bracket",
+                                                                   "start": [{"model.aggregation_exponent": 0.25},
+                                                                             {"model.aggregation_exponent": 0.75}]}})
+
+
+def _ends_record(job):
+    size, p, lr = job.params["model.branches"], job.params["model.aggregation_exponent"], job.params["train.lr"]
+    opt, wall = (0.2, math.inf) if size == 1 else ((10.0, math.inf) if p < 0.5 else (0.4, 0.5))
+    r = {"key": job.key, "seed": job.seed, "trial": job.trial, "outer_trial": job.outer, **job.params}
+    if lr > wall:
+        return {**r, "status": "diverged", "val_acc": math.nan}
+    return {**r, "status": "complete", "val_acc": 0.9 - 0.05 * (math.log2(lr) - math.log2(opt)) ** 2 + 0.003 * job.seed}
+
+
+def _ends_run(tmp_path):
+    """A finished inner-bracket transfer search on synthetic records, written as a run directory stores it
+    (learning rates and exponents to 6 digits, keys not the ones the stored spec computes); the ends the
+    search decided, per (architecture, size)."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from nas_stab.config import loads_spec
+    from nas_stab.search.bracket import BracketSource
+    from nas_stab.search.transfer import TransferSource, inner_sweeps
+
+    sys.path.insert(0, str(Path(__file__).parent / "data"))
+    from lb_fixtures import make_run, spec_dict
+
+    spec = loads_spec(ENDS_SPEC)
+    src = TransferSource(spec, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    records = []
+    while (jobs := src.pending(records, ())) is not None:
+        records += [_ends_record(j) for j in jobs]
+    decided = {}
+    for t in src.study.get_trials(deepcopy=False):
+        p = t.params["model.aggregation_exponent"]
+        ends = BracketSource(spec, sweeps=inner_sweeps(spec, t.params)).report([r for r in records if r["outer_trial"] == t.number])
+        decided.update({(p, e.params["model.branches"]): e.end for e in ends})
+    for n, r in enumerate(records):
+        r["train.lr"] = float(f"{r['train.lr']:.6g}")
+        r["model.aggregation_exponent"] = float(f"{r['model.aggregation_exponent']:.6g}")
+        r["key"] = f"{n:016x}"
+    data = yaml.safe_load(ENDS_SPEC)
+    data["meta"] = spec_dict()["meta"]
+    return make_run(tmp_path, records, spec=data, history=False), decided
+
+
+def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
+    """search.transfer.inner: bracket: the leaderboard replays each outer trial's sweeps (one per size) from
+    the records alone, as search.sampler: bracket's, and marks them the same way in every format."""
+    import pandas as pd
+
+    from nas_stab.results.leaderboard import build_leaderboard, load_analysis
+    from nas_stab.results.tables import display_table
+
+    d, decided = _ends_run(tmp_path)
+    assert decided == {(0.25, 1): "bracketed", (0.25, 4): "limit", (0.75, 1): "bracketed", (0.75, 4): "divergence wall"}
+    a, _, _ = load_analysis([d], n_boot=0)
+    sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
+    assert sz == {("0.25", 1): "bracketed", ("0.25", 4): "limit", ("0.75", 1): "bracketed", ("0.75", 4): "divergence wall"}
+    headers, text, _ = display_table(a)
+    shown = {t[headers.index("model.aggregation_exponent")]: t[headers.index("best_lr(s)")] for t in text}
+    for label in ("0.25", "0.75"):
+        assert shown[label].startswith("1:") and "(" not in shown[label].split(" 4:")[0], shown  # bracketed: no mark
+    assert shown["0.25"].endswith(" 4:>=1.6 (limit)") and shown["0.75"].endswith("(wall)"), shown
+    paths = build_leaderboard([d], formats=("md", "csv"), plots=False, n_boot=0)
+    assert "4:\\>=1.6 (limit)" in paths["md"].read_text() and "(wall)" in paths["md"].read_text()
+    sizes_csv = pd.read_csv(paths["sizes_csv"])
+    assert set(sizes_csv["bracket_end"]) == {"bracketed", "limit", "divergence wall"}
+    # the search stopped mid-round in outer trial 1's size 4: that sweep is unfinished, the rest as before
+    t = pd.read_csv(d / "trials.csv")
+    last = t[(t["outer_trial"] == 1) & (t["model.branches"] == 4)].index[-1]
+    t.drop(index=last).to_csv(d / "trials.csv", index=False)
+    a, _, _ = load_analysis([d], n_boot=0)
+    sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
+    assert sz == {("0.25", 1): "bracketed", ("0.25", 4): "limit", ("0.75", 1): "bracketed", ("0.75", 4): "unfinished"}
+    headers, text, _ = display_table(a)
+    assert any(t[headers.index("best_lr(s)")].endswith("(unfinished)") for t in text)
 
 
 @pytest.mark.parametrize("where", ["between-last-record-and-tell", "mid-round"])
@@ -361,6 +454,14 @@ def test_a_stopped_bracketed_transfer_search_resumes_without_training_twice(tmp_
     from nas_stab.results.status import status_text
 
     assert "0 of 3 outer trials scored" in status_text(d) and "3 outer trial(s) not scored" in status_text(d)
+    from nas_stab.results.leaderboard import load_analysis
+    from nas_stab.results.tables import display_table
+
+    a, _, _ = load_analysis([d], n_boot=0)  # outer trial 0's last round cut short: its sweep unfinished
+    ends = a.sizes["bracket_end"].tolist()
+    assert ("unfinished" in ends) == (where == "mid-round") and "" not in ends, ends
+    headers, text, _ = display_table(a)
+    assert any("(unfinished)" in t[headers.index("best_lr(s)")] for t in text) == (where == "mid-round")
     second = _run(BRACKETED, tmp_path, monkeypatch)
     after = rows(d)
     assert len(second) == len(full) - stop_after  # only what was missing
@@ -432,13 +533,22 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
 
     made = []
     real = optuna_study.make_sampler
-    monkeypatch.setattr(optuna_study, "make_sampler", lambda name, seed: made.append(real(name, seed)) or made[-1])
+    monkeypatch.setattr(optuna_study, "make_sampler", lambda name, seed, **kw: made.append(real(name, seed, **kw)) or made[-1])
     _run(NSGA2, tmp_path, monkeypatch)
     d = tmp_path / "tiny"
     assert made and all(isinstance(s, optuna.samplers.NSGAIISampler) for s in made)
     study = outer_study(d)
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 5 and all(len(t.values) == 2 for t in trials)
+    # search.population_size unset: 5 // 4 -> 2 (not Optuna's 50), so the 5 outer trials evolve (NSGA-II
+    # stores each trial's generation in its system attrs); the outer study's sampler and each reseeded one
+    # (before every ask) have it (those of 50: the run's own study of inner runs, enqueued, and a placeholder)
+    outer = [s for s in made if s.population_size != 50]
+    assert len(outer) >= 5 and {s.population_size for s in outer} == {2}
+    assert study.user_attrs["nsga2_population_size"] == 2
+    gens = [t.system_attrs["NSGAIISampler:generation"] for t in trials]
+    assert gens == sorted(gens) and gens[0] == 0 and max(gens) >= 1, gens
+    assert all(gens.count(g) >= 2 for g in set(gens) if g < max(gens))  # a generation is full before the next
     assert len({t.params["model.aggregation_exponent"] for t in trials}) == 5
     # the front by definition: no other outer trial at least as good in both (maximized) and better in one
     v = {t.number: t.values for t in trials}
@@ -457,6 +567,120 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
     section = md[md.index("## Pareto front of the transfer search"):md.index("## Provenance")]
     shown = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "outer trial" not in line]
     assert {int(n) for f, n in shown if "yes" in f} == front and "](plots/pareto.png)" in section
+
+
+def test_nsga2_default_population_gives_several_generations():
+    """search.population_size unset: search.trials // 4, clamped to [2, 50] (Optuna's own default 50
+    left a search of <= 50 trials random); every value is one NSGAIISampler accepts."""
+    import optuna
+
+    from nas_stab.search.optuna_study import default_population, make_sampler
+
+    assert {t: default_population(t) for t in (1, 5, 8, 11, 12, 20, 100, 199, 200, 1000)} == {
+        1: 2, 5: 2, 8: 2, 11: 2, 12: 3, 20: 5, 100: 25, 199: 49, 200: 50, 1000: 50}
+    assert default_population(None) == 50
+    for t in range(8, 201):
+        assert t / default_population(t) >= 4  # at least four generations up to 200 trials
+    for t in (1, 12, 200):
+        s = make_sampler("nsga2", 0, population_size=default_population(t))
+        assert isinstance(s, optuna.samplers.NSGAIISampler) and s.population_size == default_population(t)
+    assert make_sampler("nsga2", 0).population_size == 50  # unset: Optuna's default
+
+
+def _fake_transfer_records(src, n_runs=10_000):
+    """Drive a TransferSource on synthetic records (no training): accuracy peaks at lr 0.1, best for p near 0.3."""
+    records = []
+    for _ in range(n_runs):
+        jobs = src.pending(records, ())
+        if jobs is None:
+            break
+        j = jobs[0]
+        p, lr = j.params["model.aggregation_exponent"], j.params["train.lr"]
+        acc = 0.9 - 0.3 * (p - 0.3) ** 2 - 0.02 * (math.log2(lr) - math.log2(0.1)) ** 2 + 0.001 * j.seed
+        records.append({"key": j.key, "seed": j.seed, "trial": j.trial, "outer_trial": j.outer, "status": "complete",
+                        "val_acc": acc, **j.params})
+    return records
+
+
+def test_nsga2_breeds_generations_of_the_population_size_and_a_resume_keeps_it(tmp_path):
+    """search.population_size: 3 with 10 outer trials: generations 0..3 of 3 trials each (the last one
+    short), each later one bred from the parents NSGA-II selected (cached in the study's system attrs); a
+    study reopened keeps the size it was made with, and one made before the key (trials, no record) 50."""
+    import optuna
+
+    from nas_stab.config import loads_spec
+    from nas_stab.search.optuna_study import make_storage, resume_seed
+    from nas_stab.search.transfer import POPULATION_ATTR, TransferSource, open_outer_study
+
+    text = spec_text(TRANSFER, seeds=1, search={"sampler": "nsga2", "trials": 10, "population_size": 3, "objective": "val_acc",
+                                                "transfer": {"objectives": ["transfer_score", "best"]}})
+    spec = loads_spec(text)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    src = TransferSource(spec, storage=url)
+    assert src.study.sampler.population_size == 3
+    _fake_transfer_records(src)
+    trials = src.study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 10
+    gens = [t.system_attrs["NSGAIISampler:generation"] for t in trials]
+    assert gens == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3], gens  # one outer trial open at a time: exactly 3 per generation
+    storage = make_storage(url)  # the study's system attrs through the storage's public API
+    attrs = storage.get_study_system_attrs(storage.get_study_id_from_name("tiny/transfer"))
+    parents = {k: v for k, v in attrs.items() if k.startswith("NSGAIISampler:parent:")}
+    assert sorted(parents) == [f"NSGAIISampler:parent:{g}" for g in (1, 2, 3)]
+    assert all(len(v) == 3 for v in parents.values())
+    assert src.study.user_attrs[POPULATION_ATTR] == 3
+    # reopened with the key unset: the size the study was made with, also after a reseed
+    unset = loads_spec(text.replace("population_size: 3", "population_size: null"))
+    study = open_outer_study(unset, url)
+    assert study.sampler.population_size == 3
+    resume_seed(study, "nsga2", 0)
+    assert study.sampler.population_size == 3
+    # a study made before search.population_size existed: trials, no record -> Optuna's default it used
+    optuna.load_study(study_name="tiny/transfer", storage=url).set_user_attr(POPULATION_ATTR, None)  # (no delete)
+    assert open_outer_study(unset, url).sampler.population_size == 50
+    # a new study with the key unset: the default rule of search.trials (10 // 4 = 2), recorded
+    new = open_outer_study(unset, f"sqlite:///{tmp_path / 'new.db'}")
+    assert new.sampler.population_size == 2 and new.user_attrs[POPULATION_ATTR] == 2
+
+
+@pytest.mark.parametrize("search, key, message", [
+    ({"sampler": "tpe", "population_size": 4}, "search.population_size", "only applies to search.sampler: nsga2"),
+    ({"sampler": "random", "population_size": 4}, "search.population_size", "the sampler is random"),
+    ({"sampler": "nsga2", "population_size": 1}, "search.population_size", "must be >= 2"),
+    ({"sampler": "nsga2", "population_size": "many"}, "search.population_size", ""),
+])
+def test_a_bad_population_fails_at_load_naming_file_line_and_key(search, key, message):
+    import yaml
+
+    from nas_stab.config import loads_spec
+    from nas_stab.errors import SpecError
+
+    data = yaml.safe_load(NSGA2)
+    data["search"].update(search)
+    text = yaml.safe_dump(data, sort_keys=False)
+    with pytest.raises(SpecError) as e:
+        loads_spec(text, file="exp.yaml")
+    assert e.value.key == key, str(e.value)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if s.strip().startswith("population_size:"))
+    assert str(e.value).startswith(f"exp.yaml:{line}: {key}: ") and message in str(e.value), str(e.value)
+
+
+def test_population_size_is_in_the_hash_only_when_set_and_a_useless_one_warns():
+    import yaml
+
+    from nas_stab.config import loads_spec, spec_hash
+
+    unset = loads_spec(NSGA2)
+    data = yaml.safe_load(NSGA2)
+    data["search"]["population_size"] = None
+    assert spec_hash(loads_spec(yaml.safe_dump(data))) == spec_hash(unset)  # null: the default, out of the hash
+    data["search"]["population_size"] = 2
+    two = loads_spec(yaml.safe_dump(data))
+    assert spec_hash(two) != spec_hash(unset) and not two.notes  # 2 < 5 trials: evolves
+    data["search"]["population_size"] = 5
+    five = loads_spec(yaml.safe_dump(data, sort_keys=False), file="exp.yaml")
+    assert any(n.startswith("exp.yaml:") and "search.population_size: 5 individuals per generation and 5 trials" in n
+               and "never evolves" in n for n in five.notes), five.notes
 
 
 @pytest.mark.slow

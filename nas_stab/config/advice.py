@@ -24,6 +24,11 @@ def advice(spec, ctx: Ctx) -> tuple[str, ...]:
                 warn(("train", key), f"has no effect with {spec.train.optimizer} (Adam's momentum is train.betas[0])")
             if f"train.{key}" in space:
                 warn(("space", f"train.{key}"), f"searching train.{key} has no effect with {spec.train.optimizer}")
+    s = spec.search
+    if s.sampler == "nsga2" and s.population_size is not None and s.trials is not None and s.population_size >= s.trials:
+        warn(("search", "population_size"), f"{s.population_size} individuals per generation and {s.trials} trials: the "
+             "first generation is the whole budget, so NSGA-II samples at random and never evolves; leave it unset "
+             f"(default {s.trials} // 4, at least 2) or lower it")
     if spec.search.sampler == "grid":
         for d in spec.space.dims:
             if d.kind == "int" and d.log:

@@ -222,6 +222,7 @@ _ADDED_KEYS = (  # (section, key, when it applies)
     ("search", "bracket", lambda spec: spec.search.sampler == "bracket" or inner_bracket(spec)),
     ("search", "transfer", lambda spec: spec.search.transfer is not None),
     ("search.transfer", "inner", inner_bracket),
+    ("search", "population_size", lambda spec: spec.search.population_size is not None),
     ("model", "aggregation_exponent", lambda spec: spec.model.aggregation_exponent is not None),
     ("model", "tau_exponent", lambda spec: spec.model.tau_exponent is not None),
     ("model", "stages", lambda spec: spec.model.stages != 3),

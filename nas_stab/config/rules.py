@@ -196,6 +196,9 @@ def _check_transfer(spec, ctx: Ctx) -> None:
     s, t = spec.search, spec.search.transfer
     if s.sampler == "nsga2" and t is None:
         raise ctx.error(("search", "sampler"), "nsga2 samples the outer trials of search.transfer; without it use tpe, random, cmaes or qmc")
+    if s.population_size is not None and s.sampler != "nsga2":
+        raise ctx.error(("search", "population_size"), "only applies to search.sampler: nsga2 (NSGA-II's individuals per "
+                        f"generation); the sampler is {s.sampler}: remove population_size or choose nsga2")
     if t is None:
         return
     from nas_stab.search.transfer_objectives import OBJECTIVES

@@ -179,6 +179,7 @@ class TransferConfig:
 class SearchConfig:
     sampler: Literal["grid", "bracket", "random", "tpe", "cmaes", "qmc", "nsga2"] = _f("grid", "grid: every point of space; bracket: per configuration of the other keys, the learning-rate dimension of space is a coarse start, extended until the optimum is bracketed, then resolved (search.bracket); with search.transfer, the sampler of the outer trials (random, tpe, cmaes, qmc, nsga2)")
     trials: Optional[int] = _f(None, "required unless sampler is grid or bracket", ge=1, le=10_000_000)
+    population_size: Optional[int] = _f(None, "nsga2 only: individuals per generation, the population_size of Optuna's NSGAIISampler (>= 2: its uniform crossover takes two distinct parents). A generation starts once population_size outer trials of the previous one have completed (failed ones do not count; those opened meanwhile, runner.concurrency > 1, join the current one), so with population_size >= search.trials the search is random sampling and never evolves. Default (null): search.trials // 4, at least 2 and at most 50 (Optuna's default): about four generations up to 200 trials, three quarters of the budget bred from selected parents", ge=2, le=1_000_000)
     objective: str = _f("val_acc", "a metric name (docs/run-directory.md, docs/metrics.md)")
     direction: Literal["auto", "maximize", "minimize"] = _f("auto", "auto: from the metric")
     pruner: PrunerConfig = _f(None, "none | median | percentile | asha | hyperband | threshold | sweep, or {name: {options}}")

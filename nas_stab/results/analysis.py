@@ -309,7 +309,7 @@ BRACKET_END = "bracket_end"  # a trials column: the end of the run's bracket swe
 
 
 def _bracket_ends(df: pd.DataFrame, label_codes: np.ndarray, size_codes: np.ndarray, sizes: pd.DataFrame) -> list[str]:
-    """Per (row label, size) of `sizes`: how its bracket sweep ended (``search.sampler: bracket``; the
+    """Per (row label, size) of `sizes`: how its bracket sweep ended (``search.sampler: bracket``, ``search.transfer.inner: bracket``; the
     column `BRACKET_END` of the trials, "" without it), several sweeps' ends joined by " / "."""
     if BRACKET_END not in df.columns:
         return [""] * len(sizes)

@@ -245,17 +245,64 @@ BRACKET_END_TEXT = {"running": "unfinished", "bracketed": "bracketed", "divergen
 
 
 def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFrame:
-    """`trials` with the column ``bracket_end``: for a run searched with ``search.sampler: bracket``
-    (and tabled by the learning rate it bracketed), how each run's sweep ended: ``bracketed``,
+    """`trials` with the column ``bracket_end``: for a run searched with ``search.sampler: bracket``,
+    or a transfer search with ``search.transfer.inner: bracket`` (each outer trial's sweeps, one per
+    size), tabled by the learning rate it bracketed, how each run's sweep ended: ``bracketed``,
     ``divergence wall``, ``limit``, ``no lr trains``, or ``unfinished`` (the search was stopped
     before the sweep ended). The ends are replayed from the records, as the search decided them
-    (`BracketSource.report`). Other runs: `trials` unchanged."""
+    (`BracketSource.report`); nothing else is read, so a run directory made before the marks were
+    shown gets them too. Other runs: `trials` unchanged."""
+    from nas_stab.config.load import inner_bracket
+
     spec = run.spec
-    if spec.search.sampler != "bracket" or spec.leaderboard.lr != lr_key:
+    if spec.leaderboard.lr != lr_key:
         return trials
     from nas_stab.search.bracket import BracketSource  # lazy: search imports results
 
-    src = BracketSource(spec)
+    records = trials.to_dict("records")
+    if spec.search.sampler == "bracket":
+        ends = _replayed_ends(BracketSource(spec), records, lr_key)
+    elif inner_bracket(spec) and "outer_trial" in trials.columns:
+        from nas_stab.search.transfer import inner_sweeps
+
+        ends = [""] * len(records)
+        outer = pd.to_numeric(trials["outer_trial"], errors="coerce").tolist()
+        by_outer: dict[int, list[int]] = {}
+        for i, n in enumerate(outer):
+            if n == n:  # (not NaN)
+                by_outer.setdefault(int(n), []).append(i)
+        for n, idx in by_outer.items():
+            mine = [records[i] for i in idx]
+            # the outer trial's architecture as its runs recorded it; the replay only needs it to tell its
+            # sweeps apart (one per size) and to key their runs consistently
+            src = BracketSource(spec, sweeps=inner_sweeps(spec, _architecture(spec, mine[0], lr_key)), outer=n)
+            for i, e in zip(idx, _replayed_ends(src, mine, lr_key)):
+                ends[i] = e
+    else:
+        return trials
+    out = trials.copy()
+    out["bracket_end"] = ends
+    return out
+
+
+def _architecture(spec, record: dict, lr_key: str) -> dict:
+    """A transfer search's outer trial as one of its runs recorded it: the searched keys other than the
+    lr and the size that are active (as the search decided it: from these values and the base spec)."""
+    from nas_stab.search.plan import base_lookup
+
+    base = base_lookup(spec)
+    arch: dict = {}
+    for d in spec.space:
+        if d.key in (lr_key, spec.leaderboard.transfer):
+            continue
+        if d.active(lambda k: arch[k] if k in arch else base(k)):
+            arch[d.key] = record.get(d.key)
+    return arch
+
+
+def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
+    """Per record, how its sweep of `src` (a BracketSource) ended, as the table says it ("" when the
+    record is in none of its sweeps). `records` (trials.csv rows) get a "key" of src's."""
     # The records' keys as this spec computes them. A key hashes the resolved configuration, and neither
     # the stored spec (1.0 read back as 1) nor trials.csv (learning rates to 6 digits) reproduce the
     # search's exactly; so each record is matched to its sweep by its values, to the sweep's learning
@@ -263,7 +310,6 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
     keysets: dict[tuple, dict[tuple, int]] = {}
     for i, (rest, _) in enumerate(src.sweeps):
         keysets.setdefault(tuple(sorted(rest)), {})[tuple(fmt_value(rest[k]) for k in sorted(rest))] = i
-    records = trials.to_dict("records")
     where: list[tuple[int, float] | None] = []  # per record: (sweep, log2 lr)
     for r in records:
         lr = pd.to_numeric(r.get(lr_key), errors="coerce")
@@ -297,9 +343,7 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
         for k, lr in enumerate(end.lrs):
             for job in src.jobs(i, lr, k):
                 by_key[job.key] = BRACKET_END_TEXT.get(end.end, end.end)
-    out = trials.copy()
-    out["bracket_end"] = [by_key.get(k, "") if k is not None else "" for k in keys]
-    return out
+    return [by_key.get(k, "") if k is not None else "" for k in keys]
 
 
 def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:

@@ -102,14 +102,15 @@ def _end_mark(end: str) -> str:
 
 
 def bracketed(a: Analysis) -> bool:
-    """Whether any size of the table was searched by ``search.sampler: bracket`` (its sweeps' ends are known)."""
+    """Whether any size of the table was searched by ``search.sampler: bracket`` or inside a transfer search's
+    outer trials (``search.transfer.inner: bracket``): its sweeps' ends are known."""
     return "bracket_end" in a.sizes.columns and bool((a.sizes["bracket_end"].astype(str) != "").any())
 
 
 def best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> str:
     """best_lr(s) per size, with ``<=`` / ``>=`` when censored at the grid's end (``=`` when only one lr
     was tried); a size where no lr trains shows "diverged" or "no lr trains", never a learning rate.
-    After a run searched with ``search.sampler: bracket``, why its sweep stopped where it did:
+    After a run searched with ``search.sampler: bracket`` (or ``search.transfer.inner: bracket``), why its sweep stopped where it did:
     ``16:>=0.05 (limit)``, ``4:0.1 (wall)`` (a divergence wall), ``(unfinished)``."""
     no_best = _no_best(r)
     cens = {fmt_value(s): c for s, c in (r.get("censored") or ())}

@@ -84,7 +84,24 @@ def make_pruner(name: str, options: dict | None = None, *, lr_key: str | None = 
     return _pruner_class(name)(**kwargs)
 
 
-def make_sampler(name: str, seed: int):
+NSGA2_DEFAULT_POPULATION = 50  # Optuna's NSGAIISampler default, also what a transfer study made before search.population_size used
+
+
+def default_population(trials: int | None) -> int:
+    """nsga2's individuals per generation when `search.population_size` is unset: trials // 4 in [2, 50].
+
+    Optuna's default of 50 leaves a search of up to 50 trials in its first generation, random
+    sampling that never evolves. A quarter of the budget gives about four generations (the first
+    random, three bred from selected parents) up to 200 trials, and Optuna's 50 beyond; at least
+    2, NSGAIISampler's minimum (its uniform crossover takes two distinct parents).
+    """
+    if trials is None:
+        return NSGA2_DEFAULT_POPULATION
+    return max(2, min(NSGA2_DEFAULT_POPULATION, int(trials) // 4))
+
+
+def make_sampler(name: str, seed: int, *, population_size: int | None = None):
+    """The Optuna sampler `name` seeded with `seed`; `population_size`: nsga2's (None: Optuna's default)."""
     import warnings
 
     import optuna
@@ -97,6 +114,8 @@ def make_sampler(name: str, seed: int):
         return cls(seed=seed, scramble=True, warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if name == "tpe":
         return cls(seed=seed, multivariate=True)
+    if name == "nsga2" and population_size is not None:
+        return cls(seed=seed, population_size=int(population_size))
     return cls(seed=seed)
 
 
@@ -130,13 +149,14 @@ def resume_seed(study, name: str, seed: int) -> None:
     start-up trials likewise). The offset keeps a resumed search reproducible: the same
     interruption point gives the same draws. QMC is left alone: its scramble is the seed and it
     continues its sequence from the trial count in the storage. A transfer search calls it before
-    every outer ask, so its resumed search asks exactly what an uninterrupted one asks.
+    every outer ask, so its resumed search asks exactly what an uninterrupted one asks. nsga2
+    keeps the population size of the sampler it replaces.
     """
     if name in ("qmc", "grid", "bracket"):
         return
     n = len(study.get_trials(deepcopy=False))
     if n:
-        study.sampler = make_sampler(name, seed + n)
+        study.sampler = make_sampler(name, seed + n, population_size=getattr(study.sampler, "population_size", None))
 
 
 def make_storage(url: str) -> Any:

@@ -22,6 +22,11 @@ Keeping the backend busy: a new outer trial is asked only when no inner run of t
 ones can start, so at most about `runner.concurrency` outer trials are open at once; the
 sampler sees every earlier one that finished.
 
+nsga2 breeds a generation from the previous one once `search.population_size` outer trials of it
+have completed (default: `search.trials // 4` in [2, 50], `optuna_study.default_population`);
+the outer study keeps the size it was made with (`outer_population`), so a resumed search
+evolves as an uninterrupted one.
+
 `trial` numbers of the inner runs are `outer * MAX_POINTS + point` (point: the index of
 (size, lr) in the inner grid), so run ids stay unique and sort by outer trial.
 
@@ -51,6 +56,16 @@ def inner_points(spec) -> list[dict]:
     return [{lb.transfer: s, lb.lr: lr} for s, lr in itertools.product(*(spec.space.values_of(d) for d in dims))]
 
 
+def inner_sweeps(spec, arch: dict) -> list[tuple[dict, list[float]]]:
+    """inner: bracket: the sweeps of an outer trial whose architecture is `arch` (its searched values
+    other than the lr and the size): one per size of `space:`, each started at the lr values of `space:`.
+    The search's `BracketSource` and the leaderboard's replay of how each sweep ended use this one rule."""
+    lb = spec.leaderboard
+    rest = {k: v for k, v in arch.items() if k not in (lb.lr, lb.transfer)}
+    start = [float(v) for v in spec.space.values_of(spec.space.get(lb.lr))]
+    return [({**rest, lb.transfer: s}, start) for s in spec.space.values_of(spec.space.get(lb.transfer))]
+
+
 def study_name(spec) -> str:
     return f"{spec.name}/transfer"
 
@@ -66,9 +81,37 @@ def open_outer_study(spec, storage_url: str):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    return optuna.create_study(study_name=study_name(spec), storage=make_storage(storage_url),
-                               sampler=make_sampler(spec.search.sampler, spec.search.seed),
-                               directions=directions(spec), load_if_exists=True)
+    study = optuna.create_study(study_name=study_name(spec), storage=make_storage(storage_url),
+                                sampler=make_sampler(spec.search.sampler, spec.search.seed),
+                                directions=directions(spec), load_if_exists=True)
+    if spec.search.sampler == "nsga2":
+        study.sampler = make_sampler("nsga2", spec.search.seed, population_size=outer_population(spec, study))
+    return study
+
+
+POPULATION_ATTR = "nsga2_population_size"  # a user attribute of the outer study: the population it was made with
+
+
+def outer_population(spec, study) -> int:
+    """nsga2's individuals per generation in the outer study: `search.population_size`; unset, the
+    one the study was made with (its user attribute `POPULATION_ATTR`), so a resumed search keeps
+    it. A new study records it (the default rule `optuna_study.default_population` of
+    `search.trials`, never of `--trials`); a study made before the key existed (trials, no
+    record) keeps Optuna's default 50, which it was made with."""
+    from nas_stab.search.optuna_study import NSGA2_DEFAULT_POPULATION, default_population
+
+    stored = study.user_attrs.get(POPULATION_ATTR)
+    if spec.search.population_size is not None:
+        size = int(spec.search.population_size)
+    elif stored is not None:
+        return int(stored)
+    elif study.get_trials(deepcopy=False):
+        return NSGA2_DEFAULT_POPULATION
+    else:
+        size = default_population(spec.search.trials)
+    if stored is None and not study.get_trials(deepcopy=False):
+        study.set_user_attr(POPULATION_ATTR, size)
+    return size
 
 
 class TransferSource:
@@ -93,7 +136,6 @@ class TransferSource:
 
         self.bracket = inner_bracket(spec)  # each size's lr bracketed (search.transfer.inner: bracket)
         self.sizes = list(spec.space.values_of(spec.space.get(self.size_key)))
-        self.start_lrs = [float(v) for v in spec.space.values_of(spec.space.get(self.lr_key))]
         self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
         self.outer_dims = [d for d in spec.space if d.key not in (self.lr_key, self.size_key)]
         self._base = base_lookup(spec)
@@ -175,10 +217,8 @@ class TransferSource:
         if src is None:
             from nas_stab.search.bracket import BracketSource
 
-            arch = self.active[n]
-            sweeps = [({**{k: v for k, v in arch.items() if k not in (self.lr_key, self.size_key)}, self.size_key: s},
-                       self.start_lrs) for s in self.sizes]
-            src = self._brackets[n] = BracketSource(self.spec, sweeps=sweeps, trial_base=n * MAX_POINTS,
+            src = self._brackets[n] = BracketSource(self.spec, sweeps=inner_sweeps(self.spec, self.active[n]),
+                                                    trial_base=n * MAX_POINTS,
                                                     sweep_points=MAX_POINTS // len(self.sizes), outer=n)
         return src
 
