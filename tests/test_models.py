@@ -363,3 +363,27 @@ def test_layer_skip_gives_the_weight_space_net_the_identity_paths_of_path_bn():
     plain.load_state_dict(net.state_dict())  # same weights, no skips: a different function
     plain.eval()
     assert not torch.allclose(plain(x), net(x))
+
+
+def test_layer_skip_off_keeps_every_earlier_spec_hash_and_run_key():
+    """A run directory made before `layer_skip` existed resumes: with it off (or unset) the
+    spec hash and the run keys are what they were; on, they differ."""
+    from nas_stab.config import config_key, spec_hash
+
+    def spec(extra):
+        return loads_spec(f"name: t\ntask: {{dataset: {DATASET}}}\nmodel: {{arch: mlp, width: 8, depth: 3{extra}}}\n")
+
+    unset, off, on = spec(""), spec(", layer_skip: false"), spec(", layer_skip: true")
+    assert spec_hash(unset) == spec_hash(off) != spec_hash(on)
+    assert config_key(unset, 0) == config_key(off, 0) != config_key(on, 0)
+    # the run key as it was computed before the key existed (config_key without the added model keys)
+    import hashlib
+    import json
+
+    from nas_stab.config import to_plain
+
+    plain = {k: to_plain(getattr(off, k)) for k in ("task", "model", "train", "stability")}
+    for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip"):
+        plain["model"].pop(k)
+    before = hashlib.sha256(json.dumps({"config": plain, "seed": 0}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert config_key(off, 0) == before
