@@ -153,6 +153,7 @@ def main() -> None:
         ("preact-block-on-mlp-resnet", "model.block", {"model": "  arch: mlp_resnet\n  block: preact\n"}),
         ("preact-block-with-path-bn", "model.block", {"model": "  arch: resnet\n  depth: 8\n  norm: path_bn\n  block: preact\n"}),
         ("xavier-branch-on-resnet", "model.init", {"model": "  arch: resnet\n  depth: 8\n  init: xavier_branch\n"}),
+        ("layer-skip-in-path-space", "model.layer_skip", {"model": "  arch: mlp\n  norm: path_bn\n  layer_skip: true\n"}),
         ("normalize-unit-on-translation", "task.dataset.normalize",
          {"task": "  kind: translation\n  dataset: {name: synthetic, normalize: unit}\n"}),
     ]

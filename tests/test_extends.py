@@ -1,7 +1,7 @@
 """`extends:`: an experiment file that starts from another one."""
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 from nas_stab.errors import SpecError
 from nas_stab.config import load_spec, spec_hash
 
@@ -88,13 +88,3 @@ def test_bad_extends_is_one_clear_error(tmp_path, files, needle):
     assert len(lines) == 1 and "Traceback" not in r.stderr
     where = lines[0].split(": extends: ")[0]  # the file whose extends line is wrong (b.yaml closes a cycle)
     assert where in (f"error: {tmp_path / 'a.yaml'}:1", f"error: {(tmp_path / 'b.yaml').resolve()}:1") and needle in lines[0], lines[0]
-
-
-def test_shipped_spaces_that_extend_a_base_resolve_to_it():
-    """spaces/published/multi30k-rskip-seed1.yaml is its seed-0 file with another name and seed."""
-    base = load_spec(ROOT / "spaces" / "published" / "multi30k-rskip.yaml")
-    seed1 = load_spec(ROOT / "spaces" / "published" / "multi30k-rskip-seed1.yaml")
-    assert (seed1.name, seed1.seeds, base.seeds) == ("multi30k-rskip-seed1", (1,), (0,))
-    assert (seed1.task, seed1.model, seed1.train, seed1.stability, seed1.search) == \
-        (base.task, base.model, base.train, base.stability, base.search)
-    assert seed1.raw["space"] == base.raw["space"]

@@ -29,7 +29,7 @@ BASE = {
 }
 PLAIN_KNOBS = [
     "", "norm: bn", "norm: ln", "norm: path_bn", "parametrization: path", "parametrization: path, norm: bn",
-    "dropout: 0.2", "skip: none",
+    "dropout: 0.2", "skip: none", "layer_skip: true", "layer_skip: true, norm: bn",
 ]
 RESIDUAL_KNOBS = [
     "", "branches: 3", "branches: 3, aggregation: avg", "branches: 3, aggregation: stam",
@@ -179,6 +179,9 @@ def refuse(arch_text: str, dataset: str = DATASET) -> SpecError:
     ("arch: resnet, depth: 8, skip: rskip_ln, skip_lambda: 1.5", "model.skip_lambda", "integer"),
     ("arch: resnet, depth: 8, branch_depth: 2", "model.branch_depth", "mlp_resnet"),
     ("arch: resnet, depth: 8, d_model: 256", "model.d_model", "transformer"),
+    ("arch: mlp_resnet, layer_skip: true", "model.layer_skip", "model.skip"),
+    ("arch: mlp, layer_skip: true, norm: path_bn", "model.layer_skip", "already carries the identity"),
+    ("arch: plainnet, layer_skip: true, parametrization: path, norm: bn", "model.layer_skip", "weight-space"),
     ("arch: mlp_resnet, block: preact", "model.block", "resnet and resnext"),
     ("arch: plainnet, block: preact", "model.block", "resnet and resnext"),
     ("arch: resnet, depth: 8, block: preact, norm: path_bn", "model.block", "norm first"),
@@ -335,3 +338,52 @@ def test_preact_branches_equal_a_loop_over_branches(conv):
         ref = ref + 0.6 * h
     torch.testing.assert_close(mb(x), ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mb(a, preactivated=True), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_skip_gives_the_weight_space_net_the_identity_paths_of_path_bn():
+    """`layer_skip`: layer 1 is relu(BN(W x)); every later (width-keeping) layer is
+    relu(BN(W h) + h), the identity that a Path-BN layer adds back (relu(BN(off-diagonal) + h)),
+    at the same layers: the weight-space control of the Path-BN comparison."""
+    net, _ = make("mlp", "norm: bn, layer_skip: true")
+    pbn, _ = make("mlp", "norm: path_bn")
+    plain, _ = make("mlp", "norm: bn")
+    assert [b.skip for b in net.blocks] == [b.layer.ratio for b in pbn.blocks] == [False, True, True]
+    assert not any(b.skip for b in plain.blocks)
+    net.eval()  # BN on running statistics: each layer is a fixed affine map
+    with torch.no_grad():
+        for b in net.blocks:
+            b.norm.running_mean.normal_()
+            b.norm.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(6, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    h = x.flatten(1)
+    for i, b in enumerate(net.blocks):
+        y = b.norm(F.linear(h, b.layer.weight))
+        h = torch.relu(y + h) if i > 0 else torch.relu(y)
+    torch.testing.assert_close(net(x), net.head(h))
+    plain.load_state_dict(net.state_dict())  # same weights, no skips: a different function
+    plain.eval()
+    assert not torch.allclose(plain(x), net(x))
+
+
+def test_layer_skip_off_keeps_every_earlier_spec_hash_and_run_key():
+    """A run directory made before `layer_skip` existed resumes: with it off (or unset) the
+    spec hash and the run keys are what they were; on, they differ."""
+    from nas_stab.config import config_key, spec_hash
+
+    def spec(extra):
+        return loads_spec(f"name: t\ntask: {{dataset: {DATASET}}}\nmodel: {{arch: mlp, width: 8, depth: 3{extra}}}\n")
+
+    unset, off, on = spec(""), spec(", layer_skip: false"), spec(", layer_skip: true")
+    assert spec_hash(unset) == spec_hash(off) != spec_hash(on)
+    assert config_key(unset, 0) == config_key(off, 0) != config_key(on, 0)
+    # the run key as it was computed before the key existed (config_key without the added model keys)
+    import hashlib
+    import json
+
+    from nas_stab.config import to_plain
+
+    plain = {k: to_plain(getattr(off, k)) for k in ("task", "model", "train", "stability")}
+    for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip"):
+        plain["model"].pop(k)
+    before = hashlib.sha256(json.dumps({"config": plain, "seed": 0}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert config_key(off, 0) == before

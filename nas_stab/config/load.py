@@ -226,6 +226,7 @@ _ADDED_KEYS = (  # (section, key, when it applies)
     ("model", "aggregation_exponent", lambda spec: spec.model.aggregation_exponent is not None),
     ("model", "tau_exponent", lambda spec: spec.model.tau_exponent is not None),
     ("model", "stages", lambda spec: spec.model.stages != 3),
+    ("model", "layer_skip", lambda spec: spec.model.layer_skip),
 )
 
 

@@ -86,6 +86,7 @@ class ModelConfig:
     norm: Literal["none", "bn", "ln", "path_bn"] = _f("none", "normalization inside the residual branches")
     block: Literal["post", "preact"] = _f("post", "resnet/resnext: post = conv-norm-relu branches, relu after the addition; preact = He et al.'s pre-activation block (norm-relu-conv branches, nothing after the addition, a final norm and relu before pooling)")
     parametrization: Literal["weight", "path"] = _f("weight")
+    layer_skip: bool = _f(False, "mlp and plainnet in weight space: every layer after the first that keeps its width (stride 1) adds its input back after its norm, relu(Norm(W h) + h): the identity path of a Path-BN layer without the path space (the control of a Path-BN comparison)")
     init: Literal["kaiming", "fixup", "zero_last", "deepnorm", "stam_forward", "stam_update", "xavier_branch"] = _f("kaiming", "kaiming: the stock init of each architecture (He for ReLU nets, fairseq's Xavier on whole projections for the transformer); xavier_branch: transformer only, Xavier with the fans of one mini block")
     dropout: float = _f(0.0, ge=0, lt=1)
     ln_mode: Literal["chw", "channel"] = _f("chw", "LN in CNNs: chw = each sample over (channels, H, W), per-channel affine (GroupNorm, one group per branch); channel = over channels at each position")

@@ -41,6 +41,13 @@ def common(spec, *, conv: bool):
     elif m.ln_mode != "chw":
         return _bad("ln_mode", f"ln_mode: {m.ln_mode} chooses the LN of CNNs; {m.arch} has no spatial dimensions")
     path = m.parametrization == "path" or m.norm == "path_bn"
+    if m.layer_skip and m.arch not in ("mlp", "plainnet"):
+        return _bad("layer_skip", f"layer_skip adds identity skips to the plain stacks mlp and plainnet; {m.arch} "
+                                  "has its own skips (model.skip)")
+    if m.layer_skip and path:
+        return _bad("layer_skip", "layer_skip is the weight-space control of Path-BN: in path space every chain layer "
+                                  "already carries the identity (its constant diagonal); use parametrization weight, "
+                                  "norm none, bn or ln")
     if path:
         if m.norm == "ln":
             return _bad("norm", "LN mixes the units of a layer, so it is not positively scale-invariant per unit; "

@@ -24,7 +24,8 @@ unit of h_L has variance ~1, ||h_L||^2 ~ m) B is N(0, 2/(d m)). Without
 them MNIST starts at a loss of 20-70 for 10 classes.
 
 mlp: `depth` hidden layers relu(Norm(W h + b)) of `width`, the same fan-out
-init; the hidden layers are its `blocks`. Biases only in weight space without
+init; the hidden layers are its `blocks`. `layer_skip`: layers 2..depth are
+relu(Norm(W h + b) + h), the identity path of a Path-BN layer in weight space. Biases only in weight space without
 a norm (a norm brings its own shift; path space is bias-free).
 """
 from __future__ import annotations
@@ -92,7 +93,7 @@ class MLP(StableModel):
         super().__init__()
         path = uses_path(cfg)
         self.blocks = build_stack([(1, cfg.width, 1)] * cfg.depth, in_dim, conv=False, norm=cfg.norm, path=path,
-                                  bias=cfg.norm == "none" and not path)
+                                  bias=cfg.norm == "none" and not path, layer_skip=cfg.layer_skip)
         self.head = nn.Linear(cfg.width, classes)
         nn.init.normal_(self.head.weight, 0.0, 1.0 / math.sqrt(cfg.width))
         nn.init.zeros_(self.head.bias)

@@ -40,7 +40,8 @@ class PlainNet(StableModel):
     def __init__(self, in_shape, classes: int, cfg):
         super().__init__()
         dims = stage_dims(cfg.depth, cfg.width, cfg.stages)
-        self.blocks = build_stack(dims, in_shape[0], conv=True, norm=cfg.norm, path=uses_path(cfg), ln_mode=cfg.ln_mode)
+        self.blocks = build_stack(dims, in_shape[0], conv=True, norm=cfg.norm, path=uses_path(cfg), ln_mode=cfg.ln_mode,
+                                  layer_skip=cfg.layer_skip)
         cout = dims[-1][1]
         self.head = nn.Linear(cout, classes)
         nn.init.normal_(self.head.weight, 0.0, cout ** -0.5)

@@ -66,6 +66,7 @@ VISION_KEYS = {
     "stages": "stages applies to plainnet",
     "ln_mode": "its LayerNorm normalizes over d_model",
     "scalar_bias": "its projections have ordinary biases",
+    "layer_skip": "its sublayers have their residual connections (model.skip)",
 }
 _DEFAULTS = ModelConfig()
 
