@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         import signal
 
         signal.signal(signal.SIGTERM, _on_sigterm)  # like Ctrl-C: close what runs, keep what is written
+        args.keep_frozen = argv is None  # the `nas-stab` process ends with this command (nas_stab/gcsetup.py)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -190,8 +192,13 @@ def _preflight_data(spec) -> str:
 
 
 def cmd_run(args) -> int:
-    import contextlib
+    from nas_stab import gcsetup
 
+    with gcsetup.setup(getattr(args, "keep_frozen", False)) as setup_done:
+        return _run(args, setup_done)
+
+
+def _run(args, setup_done) -> int:
     from nas_stab.data import reuse_loaded
     from nas_stab.results.rundir import RunDir
 
@@ -217,13 +224,11 @@ def cmd_run(args) -> int:
                 rd.log("this run directory was made before defaults changed; it keeps its values (spec.yaml)")
             print(f"run directory: {rd.path}", file=sys.stderr)
             if spec.runner.kind == "ray":
-                from nas_stab.search.ray_runner import run_ray
-
-                counts = run_ray(spec, rd, trials=args.trials)
+                from nas_stab.search.ray_runner import run_ray as run
             else:
-                from nas_stab.search.local import run_local
-
-                counts = run_local(spec, rd, trials=args.trials)
+                from nas_stab.search.local import run_local as run
+            setup_done()
+            counts = run(spec, rd, trials=args.trials)
             rd.log(f"finished: {counts}")
             _write_leaderboard(rd)
     return 1 if counts.get("failed") else 0

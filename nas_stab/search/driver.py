@@ -86,6 +86,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Collection, Sequence
 
+from nas_stab import gcsetup
 from nas_stab.search import plan, trial_states
 from nas_stab.search.plan import Job
 from nas_stab.search.records import Records
@@ -279,6 +280,7 @@ class Driver:
         """A run finished: the trial's next run (seed policy), or None once the trial is recorded and told."""
         trial = run.trial
         trial.results.append((result, tb))
+        gcsetup.first_run_done()
         i = trial.next_index()
         if i is None:
             self.finish(trial)
