@@ -31,7 +31,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BOARDS = REPO / "leaderboards"
-AWAITING_REDO = {"skip-lambda", "multi30k-rskip"}
+AWAITING_REDO = {"multi30k-rskip"}
 CITES = re.compile(r"\b(Fig(?:ure)?\.?|Table|Theorem|Appendix|Section|Equations?|eq\.)\s*\(?[A-Z]?\d", re.I)
 MLPS = ("mlp", "mlp_resnet")
 
