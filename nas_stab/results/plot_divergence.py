@@ -21,8 +21,8 @@ from nas_stab.results._plotbase import (
 
 STUCK_HATCH = "////"
 STUCK_COLOR = "#1a1a1a"  # the hatch: dark on the white-to-red shade and on the diverged_why colours
-STUCK_LABEL = "hatched: a run stuck (complete, never learned: at or below m0 + margin)"
-STUCK_LABEL_NUMBERS = STUCK_LABEL + "; in a hatched cell, % diverged over % stuck"
+STUCK_LABEL = "hatched: some run stuck (completed without learning)"
+STUCK_LABEL_NUMBERS = STUCK_LABEL + "; numbers: % diverged over % stuck"
 
 
 def _clamp(x: float, lo: float, hi: float) -> float:
@@ -173,7 +173,7 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
                 if not np.isnan(v):
                     fs = sgrid[r, c]
                     if fs > 0:  # the diverged fraction, and under it the stuck one, on a light box over the hatch
-                        ax.text(c, r, (f"{v:.0%}" if v else "0") + f"\n{fs:.0%}", ha="center", va="center", fontsize=5,
+                        ax.text(c, r, (f"{v:.0%}" if v else "0") + f"\n{fs:.0%}", ha="center", va="center", fontsize=6 if cell_h >= 0.25 else 5,
                                 color="black", zorder=3, bbox={"boxstyle": "square,pad=0.05", "fc": (1, 1, 1, 0.75), "ec": "none"})
                     else:
                         ax.text(c, r, f"{v:.0%}" if v else "0", ha="center", va="center", fontsize=6,
@@ -184,15 +184,17 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
 
     label = STUCK_LABEL_NUMBERS if annotate else STUCK_LABEL
     stuck_patch = [Patch(facecolor="white", edgecolor=STUCK_COLOR, hatch=STUCK_HATCH, label=label)] if any_stuck else []
-    if color_by and why_names:
-        fig.legend(handles=[Patch(color=c, label=n) for n, c in zip(why_names, why_colors)] + stuck_patch,
-                   loc="lower right", fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
-    elif stuck_patch:
-        fig.legend(handles=stuck_patch, loc="outside lower center", fontsize=7)
+    why_patches = [Patch(color=c, label=n) for n, c in zip(why_names, why_colors)] if color_by else []
+    if stuck_patch:  # below the panels (with the colours of diverged_why, when coloured by it)
+        handles = why_patches + stuck_patch
+        fig.legend(handles=handles, loc="outside lower center", fontsize=7, ncols=min(len(handles), 3),
+                   title="diverged_why (most frequent)" if why_patches else None, title_fontsize=7)
+    elif why_patches:
+        fig.legend(handles=why_patches, loc="lower right", fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
     what = "coloured by why (shade: fraction diverged)" if color_by else "fraction of runs diverged"
     stuck_na = getattr(st, "stuck_na", "")
     stuck = ("stuck runs not marked (no task-defined no-learning level)" if stuck_na else
-             "hatched: some run stuck (completed without learning: at or below m0 + margin)")
+             "hatched: some run stuck (completed at or below m0 + margin)")
     _suptitle(fig, a, f"divergence map: {what}; {stuck} (blank: not tried)", limit)
     return fig
 
