@@ -187,7 +187,7 @@ def test_divergence_map_marks_a_stuck_cell_apart_from_diverged_and_healthy(color
     # not the diverged cell (0.04, 1) nor the healthy ones
     assert _stuck_cells(fig) == [(1.0, 0.0)]
     legend = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
-    assert any(t.startswith("hatched: a run stuck") for t in legend)
+    assert any(t.startswith("hatched: some run stuck (completed without learning)") for t in legend)
     assert "hatched: some run stuck" in _title(fig)
     plt.close(fig)
 
