@@ -135,6 +135,8 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     y_step = _thin(n_rows, n_rows * cell_h, 0.15)
     im = None
     why_colors = [_tab10(i) for i in range(len(why_names))] if color_by else []
+    from matplotlib.patches import Patch, Rectangle
+
     any_stuck = False
     for ax, (title, grid, wgrid, sgrid) in zip(axes, panels):
         if color_by:  # white -> the label's colour with the fraction diverged; light grey: tried, none diverged
@@ -161,8 +163,6 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
         ax.set_ylabel(ylabel, fontsize=8)
         if title:
             ax.set_title(_wrap(title, panel_w - 0.2, _TITLE_PT), fontsize=_TITLE_PT)
-        from matplotlib.patches import Rectangle
-
         for (r, c), fs in np.ndenumerate(sgrid):
             if fs > 0:  # (NaN: not tried, or stuck undefined)
                 any_stuck = True
@@ -180,8 +180,6 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
                                 color="white" if v > 0.6 else "black")
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8 if len(axes) > 1 or n_rows > 3 else 1.0, label="fraction diverged")
-    from matplotlib.patches import Patch
-
     label = STUCK_LABEL_NUMBERS if annotate else STUCK_LABEL
     stuck_patch = [Patch(facecolor="white", edgecolor=STUCK_COLOR, hatch=STUCK_HATCH, label=label)] if any_stuck else []
     why_patches = [Patch(color=c, label=n) for n, c in zip(why_names, why_colors)] if color_by else []
@@ -192,8 +190,7 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     elif why_patches:
         fig.legend(handles=why_patches, loc="lower right", fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
     what = "coloured by why (shade: fraction diverged)" if color_by else "fraction of runs diverged"
-    stuck_na = getattr(st, "stuck_na", "")
-    stuck = ("stuck runs not marked (no task-defined no-learning level)" if stuck_na else
+    stuck = ("stuck runs not marked (no task-defined no-learning level)" if st.stuck_na else
              "hatched: some run stuck (completed at or below m0 + margin)")
     _suptitle(fig, a, f"divergence map: {what}; {stuck} (blank: not tried)", limit)
     return fig

@@ -192,14 +192,14 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
                 num(r["spread"], 3), _oct(r["lr_drift"]), _ci(r["lr_drift_lo"], r["lr_drift_hi"]), _oct(r["lr_slope"]),
                 _ci(r["lr_slope_lo"], r["lr_slope_hi"]), best_lrs(r, sized), num(r["lr_sensitivity"], 3),
                 _oct(r["stable_octaves"]), best, at, str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
-                _pct(r["stuck"]), f"{100 * r['pruned']:.0f}%",
+                _pct(r.get("stuck", math.nan)), f"{100 * r['pruned']:.0f}%",
             ]
         )
         keys.append(
             [float(r["rank"])] + [None] * len(labels) + [
                 None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["spread"], r["lr_drift"],
                 r["lr_drift_lo"], r["lr_slope"], r["lr_slope_lo"], None, r["lr_sensitivity"], r["stable_octaves"],
-                r["best"], None, float(r["seeds"]), r["diverged"], _nan_none(r["stuck"]), r["pruned"],
+                r["best"], None, float(r["seeds"]), r["diverged"], _nan_none(r.get("stuck", math.nan)), r["pruned"],
             ]
         )
     return headers, text, keys
@@ -216,11 +216,11 @@ def cells_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[floa
         size = [fmt_value(r["size"])] if st.transfer_key else []
         text.append(labels + size + [
             num(r["lr"], 4), f"{math.log2(r['lr']):.2f}", num(r["mean"]), num(r["std"], 3), str(r["n"]),
-            str(r["n_runs"]), str(r["n_diverged"]), _count(r["n_stuck"]), str(r["n_pruned"]), str(r["n_failed"]),
+            str(r["n_runs"]), str(r["n_diverged"]), _count(r.get("n_stuck", math.nan)), str(r["n_pruned"]), str(r["n_failed"]),
         ])
         nums = [r["size"]] if st.transfer_key and isinstance(r["size"], (int, float)) else [None] * len(size)
         keys.append([None] * len(labels) + nums + [
-            r["lr"], math.log2(r["lr"]), r["mean"], r["std"], r["n"], r["n_runs"], r["n_diverged"], _nan_none(r["n_stuck"]),
+            r["lr"], math.log2(r["lr"]), r["mean"], r["std"], r["n"], r["n_runs"], r["n_diverged"], _nan_none(r.get("n_stuck", math.nan)),
             r["n_pruned"], r["n_failed"],
         ])
     return headers, text, keys
