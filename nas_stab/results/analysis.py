@@ -41,11 +41,11 @@ import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.errors import RunError
-from nas_stab.results.optimum import EPS, estimate
+from nas_stab.results.optimum import EPS, did_not_learn, estimate
 from nas_stab.results.values import NONE, canon, fill_base, fmt_value, value_codes
 from nas_stab.results.verdicts import VERDICT_ORDER, stable, verdicts
 
-__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning"]
+__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning", "stuck_undefined"]
 
 _ACC = ("val_acc", "test_acc")
 _BLEU = ("bleu", "test_bleu")
@@ -71,6 +71,7 @@ class Settings:
     ci: float = 0.9
     boot_seed: int = 0
     notes: tuple[str, ...] = ()
+    stuck_na: str = ""  # why the `stuck` column is empty (no task-defined no-learning level); "" when it is counted
 
 
 @dataclass
@@ -106,6 +107,28 @@ def no_learning(metric: str, classes: int | None = None) -> tuple[float | None, 
     if metrics.direction(metric) == "minimize":
         return None, 0.0, "the largest finite value among complete runs"
     return 0.0, 0.0, "0"
+
+
+def stuck_undefined(metric: str, classes: int | None = None, given: bool = False) -> str:
+    """Why a run stuck at the no-learning level cannot be told for `metric` ("" when it can).
+
+    `stuck` (docs/leaderboard.md) needs `m0` to be what a model that learned nothing scores on the
+    task, independent of the runs: chance accuracy 1/classes, the uniform prediction's loss
+    ln(classes), or an `m0` given explicitly. Elsewhere `m0` is a stand-in that would make the count
+    a guess: 0 for accuracy without a class count (not chance), the floor of the BLEU scale (a model
+    that emits one fixed sentence for every input scores above it), the worst complete run's value
+    (every table would have a stuck run by construction), or 0 for another metric.
+    """
+    if given:
+        return ""
+    if metric in _ACC:
+        return "" if classes and classes > 1 else "chance accuracy is unknown (no class count)"
+    if metric in _LOSS:
+        return "" if classes and classes > 1 else "no class count: m0 is the worst complete run's loss, not a no-learning level"
+    if metric in _BLEU:
+        return ("m0 = 0 is the floor of the BLEU scale, not the score of a model that learned nothing (one that emits "
+                "the same sentence for every input can score above it)")
+    return f"no task-defined no-learning level for {metric}"
 
 
 # ---------------------------------------------------------------- values
@@ -181,6 +204,7 @@ def analyze(
     pruned = status == "pruned"
 
     m0_default, margin_default, m0_how = no_learning(metric, classes)
+    stuck_na = stuck_undefined(metric, classes, given=m0 is not None)
     if m0 is None:
         m0 = m0_default
         if m0 is None:
@@ -197,6 +221,10 @@ def analyze(
     # (Wortsman et al. 2023 clamp losses at the initial loss)
     counted = np.where(ok | (pruned & finite), value, m0)
     counted = np.maximum(counted, m0) if sign > 0 else np.minimum(counted, m0)
+    thr = sign * m0 + margin  # the trains threshold in metric direction: at or below it, a value did not learn
+    # stuck: a complete run with a finite value that did not learn (chance accuracy, a uniform prediction's loss);
+    # diverged, pruned and failed runs are never stuck
+    stuck = ok & did_not_learn(counted, sign, thr) if not stuck_na else np.zeros(len(df), dtype=bool)
 
     seed_codes, _ = value_codes(df["seed"])
     size_codes, size_vals = value_codes(df[transfer]) if transfer else (np.zeros(len(df), np.int64), [NONE])
@@ -208,6 +236,7 @@ def analyze(
             "_k": label_codes, "_s": size_codes, "_l": lr_codes, "_seed": seed_codes,
             "_value": counted, "_ok": ok,
             "_div": (status == "diverged") | (complete & ~finite),
+            "_stuck": stuck,
             "_pruned": pruned,
             "_failed": ~np.isin(status, ("complete", "pruned", "diverged")),
         }
@@ -218,13 +247,15 @@ def analyze(
         notes.append("cells average over the searched keys " + ", ".join(other))
 
     per_seed = rec.groupby(["_k", "_s", "_l", "_seed"], sort=True).agg(
-        v=("_value", "mean"), runs=("_value", "size"), ok=("_ok", "sum"), div=("_div", "sum"),
+        v=("_value", "mean"), runs=("_value", "size"), ok=("_ok", "sum"), div=("_div", "sum"), stuck=("_stuck", "sum"),
         pruned=("_pruned", "sum"), failed=("_failed", "sum"),
     ).reset_index()
     cells = per_seed.groupby(["_k", "_s", "_l"], sort=True).agg(
         mean=("v", "mean"), std=("v", "std"), n=("v", "size"), n_runs=("runs", "sum"), n_ok=("ok", "sum"),
-        n_diverged=("div", "sum"), n_pruned=("pruned", "sum"), n_failed=("failed", "sum"),
+        n_diverged=("div", "sum"), n_stuck=("stuck", "sum"), n_pruned=("pruned", "sum"), n_failed=("failed", "sum"),
     ).reset_index()
+    if stuck_na:  # no task-defined no-learning level: not a count of zero, no count
+        cells["n_stuck"] = np.nan
     cells["lr"] = lr_float[cells["_l"].to_numpy()]
     cells["trains"] = sign * (cells["mean"] - m0) > margin + EPS
 
@@ -235,7 +266,7 @@ def analyze(
         ref_code = next((i for i, v in enumerate(size_vals) if v == want), None)
         if ref_code is None:
             notes.append(f"reference size {fmt_value(reference)} was not tried; the smallest size stands in")
-    res = estimate(per_seed, cells, sign=sign, thr=sign * m0 + margin, lr_float=lr_float, size_num=size_num,
+    res = estimate(per_seed, cells, sign=sign, thr=thr, lr_float=lr_float, size_num=size_num,
                     ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
     rows, sizes = res
     sizes["bracket_end"] = _bracket_ends(df, label_codes, size_codes, sizes)
@@ -252,6 +283,7 @@ def analyze(
     rows["best_lr"] = np.where(trained, lr_float[top["_l"].to_numpy()], np.nan)
     rows["runs"] = cg["n_runs"].sum()
     rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
+    rows["stuck"] = cg["n_stuck"].sum() / rows["runs"] if not stuck_na else np.nan
     rows["pruned"] = cg["n_pruned"].sum() / rows["runs"]
     rows["m0"] = m0
     for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi"):  # the reference size does not train: no lr to transfer
@@ -291,6 +323,7 @@ def analyze(
         sizes.insert(1 + i, key, _obj([label_vals[k][1][i] for k in sizes["_k"]], sizes.index))
     cells["size"] = _obj([size_vals[s][1] for s in cells["_s"]], cells.index)
     cells["frac_diverged"] = cells["n_diverged"] / cells["n_runs"]
+    cells["frac_stuck"] = cells["n_stuck"] / cells["n_runs"]
 
     rec["label"] = [label_vals[k][0] for k in rec["_k"]]
     rec["size"] = _obj([size_vals[s][1] for s in rec["_s"]], rec.index)
@@ -300,7 +333,7 @@ def analyze(
     settings = Settings(
         metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
         m0=m0, margin=margin, m0_source=m0_how, tolerance=float(tolerance), other_keys=tuple(other),
-        n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes),
+        n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes), stuck_na=stuck_na,
     )
     return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
 

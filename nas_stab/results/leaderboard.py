@@ -45,7 +45,7 @@ PLOTS = {
     "lr_transfer": "metric vs log2(lr), one line per size, each size's fitted optimum with its interval",
     "optimum_transfer": "transfer plot: fitted optimum log2(lr) vs log2(size), one line per row, interval band, fitted slope",
     "fwd_norm_init": "forward RMS norm per block at init, across sizes",
-    "divergence": "divergence map: fraction of runs diverged (size x lr)",
+    "divergence": "divergence map: fraction of runs diverged (size x lr), hatched where a run was stuck (completed without learning)",
     "loss_curves": "training loss over steps at each size's best lr (median over seeds, min-max band)",
 }
 

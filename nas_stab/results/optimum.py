@@ -12,9 +12,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["EPS", "estimate", "fit"]
+__all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 
 EPS = 1e-9
+
+
+def did_not_learn(v: np.ndarray, sign: float, thr: float) -> np.ndarray:
+    """Where a value did not learn: at or below the trains threshold ``thr = sign * m0 + margin`` in the
+    metric's direction (``sign * v <= thr``), NaN never. The one definition of "did not learn" that the
+    fit (no parabola through such a cell) and the leaderboard's ``stuck`` column share (docs/leaderboard.md)."""
+    v = np.asarray(v, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(v) & (sign * v <= thr + EPS)
 
 
 def _layout(per_seed: pd.DataFrame, n_sizes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -163,8 +172,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     # a cell where some seed did not learn (its value at the no-learning level: diverged, or stuck at
     # chance with a finite loss) mixes two regimes: its mean is a point on a cliff, not on a smooth
     # curve, so no parabola goes through it either (docs/leaderboard.md, step 2)
-    with np.errstate(invalid="ignore"):
-        part_failed = (np.isfinite(V) & (sign * V <= thr + EPS)).any(-1)
+    part_failed = did_not_learn(V, sign, thr).any(-1)
     no_parabola = pruned | part_failed
     with _quiet():
         P = np.nanmean(V, -1)

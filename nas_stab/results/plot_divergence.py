@@ -1,7 +1,9 @@
 """The divergence map: the fraction of runs that diverged, size x learning rate, one panel per row
 label (row label x learning rate in one map without a transfer axis), optionally coloured by why
-the runs diverged. The figure grows with the grid, tick labels are thinned to fit, and cells carry
-their percentage only when it fits."""
+the runs diverged. A cell holding a run that is stuck (it completed with a finite metric at or
+below the no-learning level, the leaderboard's `stuck` column) is hatched on top of its shade, so it
+reads apart from both a diverged cell and a healthy one. The figure grows with the grid, tick
+labels are thinned to fit, and cells carry their percentages only when they fit."""
 from __future__ import annotations
 
 import math
@@ -15,6 +17,12 @@ from nas_stab.results._plotbase import (
     _CHAR_EM, _COLS, _MAX_MAP_ROWS, _MAX_PANELS, _TICK_PT, _TITLE_PT, _figure, _labels, _png, _short_keys,
     _suptitle, _wrap
 )
+
+
+STUCK_HATCH = "////"
+STUCK_COLOR = "#1a1a1a"  # the hatch: dark on the white-to-red shade and on the diverged_why colours
+STUCK_LABEL = "hatched: some run stuck (completed without learning)"
+STUCK_LABEL_NUMBERS = STUCK_LABEL + "; numbers: % diverged over % stuck"
 
 
 def _clamp(x: float, lo: float, hi: float) -> float:
@@ -51,6 +59,8 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     most frequent `diverged_why` label of its diverged runs (the shade still
     the fraction diverged), with a legend of the labels; the labels come from
     `why` (one per record of `a.records`) or the records' `diverged_why` column.
+    Either way a cell with a stuck run (``a.cells["n_stuck"] > 0``) is hatched (patches with gid
+    ``"stuck"``), with a legend entry; the title says whether stuck runs are marked.
     """
     cells = a.cells
     if cells.empty:
@@ -61,6 +71,9 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     why_names = sorted(set(dominant.values()))
     st = a.settings
     lrs = np.sort(cells["lr"].unique())
+    # frac_stuck: NaN everywhere when the metric has no task-defined no-learning level (nothing marked)
+    cells = cells if "frac_stuck" in cells.columns else cells.assign(frac_stuck=np.nan)
+    stuck_col = "frac_stuck"
     li = {v: i for i, v in enumerate(lrs)}
     lr_text = [f"{v:.3g}" for v in lrs]
     limit = _MAX_PANELS if st.transfer_key else _MAX_MAP_ROWS  # one map holds many more rows than panels
@@ -74,28 +87,32 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
         for k, title in labels:
             grid = np.full((len(sizes), len(lrs)), np.nan)
             wgrid = np.full(grid.shape, -1)
+            sgrid = np.full(grid.shape, np.nan)
             sub = cells[cells["_k"] == k]
             si = {v: i for i, v in enumerate(sizes)}
-            for s, lc, lr, f in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"]):
+            for s, lc, lr, f, fs in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"], sub[stuck_col]):
                 grid[si[s], li[lr]] = f
+                sgrid[si[s], li[lr]] = fs
                 if (k, s, lc) in dominant:
                     wgrid[si[s], li[lr]] = why_names.index(dominant[(k, s, lc)])
-            panels.append((title, grid, wgrid))
+            panels.append((title, grid, wgrid, sgrid))
         ylabel = st.transfer_key
     else:  # no size axis: one map, row label x lr (rank 1 at the top)
         short = _short_keys(st.compare)
         row_text = []
         grid = np.full((len(labels), len(lrs)), np.nan)
         wgrid = np.full(grid.shape, -1)
+        sgrid = np.full(grid.shape, np.nan)
         for i, (k, _) in enumerate(labels):
             r = a.rows.loc[a.rows["_k"] == k].iloc[0]
             row_text.append(", ".join(fmt_value(r[c]) for c in st.compare) if st.compare else str(r["label"]))
             sub = cells[cells["_k"] == k]
-            for s, lc, lr, f in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"]):
+            for s, lc, lr, f, fs in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"], sub[stuck_col]):
                 grid[i, li[lr]] = f
+                sgrid[i, li[lr]] = fs
                 if (k, s, lc) in dominant:
                     wgrid[i, li[lr]] = why_names.index(dominant[(k, s, lc)])
-        panels = [("", grid[::-1], wgrid[::-1])]
+        panels = [("", grid[::-1], wgrid[::-1], sgrid[::-1])]
         row_text = row_text[::-1]
         ylabel = ", ".join(short) if st.compare else ""
 
@@ -107,7 +124,7 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     rotate = n_cols * cell_w < sum(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 + 0.1 * n_cols
     bottom = 0.55 + (max(len(t) for t in lr_text) * _TICK_PT * _CHAR_EM / 72 * 0.75 if rotate else 0.15)
     panel_w = max(3.0, n_cols * cell_w + left + 0.2)
-    title_lines = max((len(_wrap(t, panel_w - 0.2, _TITLE_PT).splitlines()) for t, _, _ in panels if t), default=0)
+    title_lines = max((len(_wrap(t, panel_w - 0.2, _TITLE_PT).splitlines()) for t, *_ in panels if t), default=0)
     panel_h = max(2.2, n_rows * cell_h + bottom + 0.2 + 0.2 * title_lines)
     cols = max(1, min(_COLS, len(panels), int(16.0 // panel_w)))
     # at least 6.5 inches wide, so the figure title fits on one line
@@ -118,7 +135,10 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     y_step = _thin(n_rows, n_rows * cell_h, 0.15)
     im = None
     why_colors = [_tab10(i) for i in range(len(why_names))] if color_by else []
-    for ax, (title, grid, wgrid) in zip(axes, panels):
+    from matplotlib.patches import Patch, Rectangle
+
+    any_stuck = False
+    for ax, (title, grid, wgrid, sgrid) in zip(axes, panels):
         if color_by:  # white -> the label's colour with the fraction diverged; light grey: tried, none diverged
             rgba = np.zeros(grid.shape + (4,))
             for (r, c), v in np.ndenumerate(grid):
@@ -143,20 +163,36 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
         ax.set_ylabel(ylabel, fontsize=8)
         if title:
             ax.set_title(_wrap(title, panel_w - 0.2, _TITLE_PT), fontsize=_TITLE_PT)
+        for (r, c), fs in np.ndenumerate(sgrid):
+            if fs > 0:  # (NaN: not tried, or stuck undefined)
+                any_stuck = True
+                ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch=STUCK_HATCH, edgecolor=STUCK_COLOR,
+                                       linewidth=0.8, zorder=2, gid="stuck"))
         if annotate:
             for (r, c), v in np.ndenumerate(grid):
                 if not np.isnan(v):
-                    ax.text(c, r, f"{v:.0%}" if v else "0", ha="center", va="center", fontsize=6,
-                            color="white" if v > 0.6 else "black")
+                    fs = sgrid[r, c]
+                    if fs > 0:  # the diverged fraction, and under it the stuck one, on a light box over the hatch
+                        ax.text(c, r, (f"{v:.0%}" if v else "0") + f"\n{fs:.0%}", ha="center", va="center", fontsize=6 if cell_h >= 0.25 else 5,
+                                color="black", zorder=3, bbox={"boxstyle": "square,pad=0.05", "fc": (1, 1, 1, 0.75), "ec": "none"})
+                    else:
+                        ax.text(c, r, f"{v:.0%}" if v else "0", ha="center", va="center", fontsize=6,
+                                color="white" if v > 0.6 else "black")
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8 if len(axes) > 1 or n_rows > 3 else 1.0, label="fraction diverged")
-    if color_by and why_names:
-        from matplotlib.patches import Patch
-
-        fig.legend(handles=[Patch(color=c, label=n) for n, c in zip(why_names, why_colors)], loc="lower right",
-                   fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
+    label = STUCK_LABEL_NUMBERS if annotate else STUCK_LABEL
+    stuck_patch = [Patch(facecolor="white", edgecolor=STUCK_COLOR, hatch=STUCK_HATCH, label=label)] if any_stuck else []
+    why_patches = [Patch(color=c, label=n) for n, c in zip(why_names, why_colors)] if color_by else []
+    if stuck_patch:  # below the panels (with the colours of diverged_why, when coloured by it)
+        handles = why_patches + stuck_patch
+        fig.legend(handles=handles, loc="outside lower center", fontsize=7, ncols=min(len(handles), 3),
+                   title="diverged_why (most frequent)" if why_patches else None, title_fontsize=7)
+    elif why_patches:
+        fig.legend(handles=why_patches, loc="lower right", fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
     what = "coloured by why (shade: fraction diverged)" if color_by else "fraction of runs diverged"
-    _suptitle(fig, a, f"divergence map: {what} (blank: not tried)", limit)
+    stuck = ("stuck runs not marked (no task-defined no-learning level)" if st.stuck_na else
+             "hatched: some run stuck (completed at or below m0 + margin)")
+    _suptitle(fig, a, f"divergence map: {what}; {stuck} (blank: not tried)", limit)
     return fig
 
 
@@ -168,7 +204,7 @@ def _tab10(i: int):
 
 def divergence_plot(a: Analysis, color_by: str | None = None, why=None) -> bytes | None:
     """Fraction of runs diverged, size x learning rate, one panel per row label
-    (row label x learning rate in one map without a transfer axis); with
-    `color_by="diverged_why"` each cell coloured by why its runs diverged."""
+    (row label x learning rate in one map without a transfer axis), cells holding a stuck run
+    hatched; with `color_by="diverged_why"` each cell coloured by why its runs diverged."""
     fig = divergence_figure(a, color_by, why)
     return None if fig is None else _png(fig)

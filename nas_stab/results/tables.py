@@ -47,6 +47,10 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
                    f"failed and non-finite runs count as m0, a pruned run with its value where it was stopped (m0 "
                    f"without one), and worse values are clamped to m0; a cell trains "
                    f"when its seed-mean is {better} m0 by more than {num(st.margin)}"),
+        ("stuck", f"not counted (–): {st.stuck_na}" if st.stuck_na else
+                  f"the fraction of runs that completed with a finite {st.metric} {'at or below' if st.direction == 'maximize' else 'at or above'} "
+                  f"m0 {'+' if st.direction == 'maximize' else '-'} margin = {num(st.m0 + (1 if st.direction == 'maximize' else -1) * st.margin)}: "
+                  "they did not learn (a diverged run is never stuck)"),
         ("learning rate", st.lr_key),
         ("size axis", st.transfer_key or "none (one size)"),
         ("rows", ", ".join(st.compare) or "one row"),
@@ -149,6 +153,20 @@ def _best_at(r: Mapping[str, Any], st) -> str:
     return (f"{st.transfer_key}={fmt_value(r['best_size'])}, " if sized else "") + f"lr={num(r['best_lr'], 3)}"
 
 
+def _nan_none(x: Any) -> float | None:
+    """A sort key: None (text, sorted as missing) for NaN, e.g. `stuck` where the no-learning level is undefined."""
+    return None if pd.isna(x) else float(x)
+
+
+def _pct(x: Any) -> str:
+    """A fraction as a whole percentage; "–" when undefined (`stuck` without a task-defined no-learning level)."""
+    return "–" if pd.isna(x) else f"{100 * float(x):.0f}%"
+
+
+def _count(x: Any) -> str:
+    return "–" if pd.isna(x) else str(int(x))
+
+
 def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[float | None]]]:
     """Headers, display strings and sort keys (numbers or None) of the leaderboard rows."""
     st = a.settings
@@ -156,7 +174,7 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
     headers = ["rank"] + (list(st.compare) or ["row"]) + [
         "transfers", "why", "transfer_regret", "regret CI", "worst_regret", "spread", "lr_drift", "lr_drift CI",
         "lr_slope", "lr_slope CI", "best_lr(s)", "lr_sensitivity", "stable_octaves", f"best {st.metric}", "best at",
-        "seeds", "diverged", "pruned",
+        "seeds", "diverged", "stuck", "pruned",
     ]
     text: list[list[str]] = []
     keys: list[list[float | None]] = []
@@ -174,14 +192,14 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
                 num(r["spread"], 3), _oct(r["lr_drift"]), _ci(r["lr_drift_lo"], r["lr_drift_hi"]), _oct(r["lr_slope"]),
                 _ci(r["lr_slope_lo"], r["lr_slope_hi"]), best_lrs(r, sized), num(r["lr_sensitivity"], 3),
                 _oct(r["stable_octaves"]), best, at, str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
-                f"{100 * r['pruned']:.0f}%",
+                _pct(r.get("stuck", math.nan)), f"{100 * r['pruned']:.0f}%",
             ]
         )
         keys.append(
             [float(r["rank"])] + [None] * len(labels) + [
                 None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["spread"], r["lr_drift"],
                 r["lr_drift_lo"], r["lr_slope"], r["lr_slope_lo"], None, r["lr_sensitivity"], r["stable_octaves"],
-                r["best"], None, float(r["seeds"]), r["diverged"], r["pruned"],
+                r["best"], None, float(r["seeds"]), r["diverged"], _nan_none(r.get("stuck", math.nan)), r["pruned"],
             ]
         )
     return headers, text, keys
@@ -190,7 +208,7 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
 def cells_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[float | None]]]:
     st = a.settings
     headers = (list(st.compare) or ["row"]) + ([st.transfer_key] if st.transfer_key else []) + [
-        st.lr_key, "log2(lr)", "mean", "std", "n", "runs", "diverged", "pruned", "failed",
+        st.lr_key, "log2(lr)", "mean", "std", "n", "runs", "diverged", "stuck", "pruned", "failed",
     ]
     text, keys = [], []
     for r in a.cells.to_dict("records"):
@@ -198,11 +216,12 @@ def cells_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[floa
         size = [fmt_value(r["size"])] if st.transfer_key else []
         text.append(labels + size + [
             num(r["lr"], 4), f"{math.log2(r['lr']):.2f}", num(r["mean"]), num(r["std"], 3), str(r["n"]),
-            str(r["n_runs"]), str(r["n_diverged"]), str(r["n_pruned"]), str(r["n_failed"]),
+            str(r["n_runs"]), str(r["n_diverged"]), _count(r.get("n_stuck", math.nan)), str(r["n_pruned"]), str(r["n_failed"]),
         ])
         nums = [r["size"]] if st.transfer_key and isinstance(r["size"], (int, float)) else [None] * len(size)
         keys.append([None] * len(labels) + nums + [
-            r["lr"], math.log2(r["lr"]), r["mean"], r["std"], r["n"], r["n_runs"], r["n_diverged"], r["n_pruned"], r["n_failed"],
+            r["lr"], math.log2(r["lr"]), r["mean"], r["std"], r["n"], r["n_runs"], r["n_diverged"], _nan_none(r.get("n_stuck", math.nan)),
+            r["n_pruned"], r["n_failed"],
         ])
     return headers, text, keys
 
