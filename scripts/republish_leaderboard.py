@@ -70,9 +70,12 @@ def runs_of(prov: list[tuple[str, str]]) -> list[dict]:
             version, commit = re.match(r"(\S+) \(commit (\S+)\)", d["nas_stab"]).groups()
             torch, hw, created = d["torch"], d["hardware"], d["run created"]
             seeds = None
-        out.append({"name": name, "meta": {"spec_hash": h, "nas_stab_version": version, "git_commit": commit,
-                                           "torch_version": torch, "python": d.get("python", "unknown"),
-                                           "hardware": hw, "created": created}, "seeds": seeds})
+        meta = {"spec_hash": h, "nas_stab_version": version, "git_commit": commit, "torch_version": torch,
+                "python": d.get("python", "unknown"), "hardware": hw, "created": created}
+        how = re.search(r"\([^;()]*; (.*)\)$", d.get("dataset", ""))  # how the run found its data splits
+        if how:
+            meta["data"] = how.group(1)
+        out.append({"name": name, "meta": meta, "seeds": seeds})
     return out
 
 
