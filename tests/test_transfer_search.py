@@ -113,6 +113,7 @@ def test_each_outer_trial_is_scored_by_the_leaderboards_own_analysis(finished):
         assert t.values == [pytest.approx(row.iloc[0]["transfer_score"], rel=1e-12, abs=1e-15),
                             pytest.approx(row.iloc[0]["best"], rel=1e-12, abs=1e-15)]
         assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
+        assert t.user_attrs["stuck"] == pytest.approx(row.iloc[0]["stuck"])  # beside diverged, as in the table
         assert set(t.user_attrs["stability"]["init_fwd_ratio"]) == {"1", "4"}  # the stability summary, per size
         assert table.loc[t.number, "transfer_score"] == pytest.approx(t.values[0], rel=1e-12)
 

@@ -84,7 +84,7 @@ def evaluate(spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, 
     attrs: dict[str, Any] = {"transfers": str(row["transfers"]), "why": str(row["why"])}
     for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi", "best", "transfer_regret", "transfer_regret_lo",
               "transfer_regret_hi", "worst_regret", "lr_drift", "lr_drift_lo", "lr_drift_hi", "lr_slope",
-              "lr_sensitivity", "stable_octaves", "diverged", "m0"):
+              "lr_sensitivity", "stable_octaves", "diverged", "stuck", "m0"):
         v = _num(row.get(c))
         if v is not None:
             attrs[c] = v
