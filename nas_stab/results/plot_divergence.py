@@ -73,7 +73,6 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
     lrs = np.sort(cells["lr"].unique())
     # frac_stuck: NaN everywhere when the metric has no task-defined no-learning level (nothing marked)
     cells = cells if "frac_stuck" in cells.columns else cells.assign(frac_stuck=np.nan)
-    stuck_col = "frac_stuck"
     li = {v: i for i, v in enumerate(lrs)}
     lr_text = [f"{v:.3g}" for v in lrs]
     limit = _MAX_PANELS if st.transfer_key else _MAX_MAP_ROWS  # one map holds many more rows than panels
@@ -90,7 +89,7 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
             sgrid = np.full(grid.shape, np.nan)
             sub = cells[cells["_k"] == k]
             si = {v: i for i, v in enumerate(sizes)}
-            for s, lc, lr, f, fs in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"], sub[stuck_col]):
+            for s, lc, lr, f, fs in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"], sub["frac_stuck"]):
                 grid[si[s], li[lr]] = f
                 sgrid[si[s], li[lr]] = fs
                 if (k, s, lc) in dominant:
@@ -107,7 +106,7 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
             r = a.rows.loc[a.rows["_k"] == k].iloc[0]
             row_text.append(", ".join(fmt_value(r[c]) for c in st.compare) if st.compare else str(r["label"]))
             sub = cells[cells["_k"] == k]
-            for s, lc, lr, f, fs in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"], sub[stuck_col]):
+            for s, lc, lr, f, fs in zip(sub["_s"], sub["_l"], sub["lr"], sub["frac_diverged"], sub["frac_stuck"]):
                 grid[i, li[lr]] = f
                 sgrid[i, li[lr]] = fs
                 if (k, s, lc) in dominant:
@@ -191,7 +190,7 @@ def divergence_figure(a: Analysis, color_by: str | None = None, why=None):
         fig.legend(handles=why_patches, loc="lower right", fontsize=7, title="diverged_why (most frequent)", title_fontsize=7)
     what = "coloured by why (shade: fraction diverged)" if color_by else "fraction of runs diverged"
     stuck = ("stuck runs not marked (no task-defined no-learning level)" if st.stuck_na else
-             "hatched: some run stuck (completed at or below m0 + margin)")
+             STUCK_LABEL)  # "at or below m0 + margin" would be wrong for a loss
     _suptitle(fig, a, f"divergence map: {what}; {stuck} (blank: not tried)", limit)
     return fig
 
