@@ -95,7 +95,7 @@ class Prober:
         # the Hessian's batch: the first `hessian_batch` examples of the probe batch (None: all of it)
         self.hessian_sub_batch = slice_batch(self.batch, self.hessian_batch) if self.hessian_batch else None
         self.seed = seed
-        self.eigvec: list[torch.Tensor] | None = None  # warm start of the power iteration
+        self.eigvec: list[torch.Tensor] | None = None  # warm start of the Lanczos iteration
         self.nonfinite: tuple[str, float] | None = None  # (quantity, value) of the last snapshot
         self.last_sharpness_info: dict = {}
         self.n_snapshots = 0
@@ -105,7 +105,7 @@ class Prober:
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict:
-        """What later snapshots depend on: the power iteration's warm start
+        """What later snapshots depend on: the Lanczos iteration's warm start
         (the last eigenvector) and the snapshot count. Plain tensors and ints,
         for a training checkpoint (`torch.save`, loadable with weights_only)."""
         return {"eigvec": None if self.eigvec is None else [t.detach().cpu().clone() for t in self.eigvec],

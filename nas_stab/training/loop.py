@@ -144,7 +144,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         rule.load_state_dict(state["rule"])
-        if "prober" in state:  # the power iteration's warm start: the next sharpness as if never interrupted
+        if "prober" in state:  # the Lanczos warm start: the next sharpness as if never interrupted
             prober.load_state_dict(state["prober"])
         if "spikes" in state:
             spikes.load_state_dict(state["spikes"])
