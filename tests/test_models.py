@@ -146,6 +146,31 @@ def test_batched_branches_equal_a_loop_over_branches(conv, norm, b):
     torch.testing.assert_close(mb(x), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("conv", [False, True])
+@pytest.mark.parametrize("n", [2, 40])  # a dense output smaller than the weight (scaled after), larger (weight scaled)
+def test_one_branch_last_layer_scales_output_or_weight_with_the_same_values_and_gradients(conv, n):
+    """C = 1: a_0 (W_0 h) is computed without the sum over one branch, by scaling the
+    smaller of output and weight; values and every gradient (weights, Fixup's multiplier)
+    equal the general weight-sum formula's."""
+    ch = 5
+    torch.manual_seed(0)
+    mb = MultiBranch(ch, [(3 if conv else 0, ch, 1)] * 2, C=1, alpha=0.7, fixup_scale=True)
+    with torch.no_grad():
+        mb.scale[0].fill_(1.3)
+    x = torch.randn(n, ch, 4, 4) if conv else torch.randn(n, ch)
+    out = mb(x)
+    out.square().sum().backward()
+    got = [p.grad.clone() for p in mb.parameters()]
+    mb.zero_grad()
+    h = F.relu(F.conv2d(x, mb.layers[0].weight, padding=1) if conv else F.linear(x, mb.layers[0].weight))
+    wd = (mb.layers[1].weight.unsqueeze(0) * mb._weights().view(1, *[1] * mb.layers[1].weight.ndim)).sum(0)
+    ref = F.conv2d(h, wd, padding=1) if conv else F.linear(h, wd)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    for g, p in zip(got, mb.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+
+
 # --------------------------------------------------------------- refusals
 
 
