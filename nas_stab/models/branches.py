@@ -170,9 +170,9 @@ class MultiBranch(nn.Module):
         layer = self.layers[-1]
         a = self._weights()
         w = layer.effective_weight()
-        if self.C == 1 and not layer.conv and h.shape[0] * layer.cout <= w.numel():
-            return self._finish_last(h, F.linear(h, w) * a, a, layer)
         if self.C == 1:
+            if not layer.conv and h.shape[0] * layer.cout <= w.numel():
+                return self._finish_last(h, F.linear(h, w) * a, a, layer)
             wd = w * a
         else:
             wv = w.view(self.C, layer.cout, *w.shape[1:]) * a.view(self.C, *([1] * w.ndim))
