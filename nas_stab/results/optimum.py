@@ -5,12 +5,15 @@ run is missing). The point estimate and every bootstrap replicate go through the
 same vectorized `fit` on seed-mean curves: the replicates weight the seeds by one
 multinomial draw per row (a paired resample: the same seed indices for every
 cell of the row), so all rows and replicates are computed at once. `estimate`
-returns the point values with their intervals, per row and per (row, size).
+returns the point values with their intervals (percentile intervals widened for
+the row's seed count: `intervals.py`), per row and per (row, size).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from nas_stab.results.intervals import widen
 
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 
@@ -210,11 +213,17 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     alpha = (1 - ci) / 2
 
     def interval(name):
+        """The percentile interval widened for the row's seed count (intervals.py); a drift or
+        a regret cannot go below 0."""
         shape = point[name].shape[1:]
         lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)
         if reps[name]:
             arr = np.concatenate(reps[name], axis=0)
-            lo[sel], hi[sel] = _nanquantile(arr, alpha), _nanquantile(arr, 1 - alpha)
+            n = n_seeds[sel].reshape((-1,) + (1,) * (arr.ndim - 2))
+            with _quiet():
+                sd = np.nanstd(arr, axis=0, ddof=1)
+            lo[sel], hi[sel] = widen(_nanquantile(arr, alpha), _nanquantile(arr, 1 - alpha), _nanquantile(arr, 0.5),
+                                     np.nan_to_num(sd), n, ci, floor=0.0 if name in ("drift", "regret", "worst") else None)
         return lo, hi
 
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))

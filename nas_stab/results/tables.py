@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from nas_stab.results.analysis import Analysis
+from nas_stab.results.intervals import factor
 from nas_stab.results.values import fmt_value
 
 __all__ = ["DEFINITIONS", "END_MARKS", "Provenance", "best_lrs", "bracketed", "cells_table", "display_table", "num", "settings_items", "summary",
@@ -56,7 +57,8 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
         ("rows", ", ".join(st.compare) or "one row"),
         ("reference size", fmt_value(st.reference) if st.reference is not None else "smallest"),
         ("tolerance", f"{num(st.tolerance)} octave(s): 'yes' needs the whole lr_drift interval within it"),
-        ("intervals", f"{int(round(st.ci * 100))}% paired bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}"),
+        ("intervals", f"{int(round(st.ci * 100))}% paired bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}; "
+                      "percentile intervals widened for the seed count (" + ", ".join(f"x{factor(n, st.ci):.2f} at {n} seeds" for n in (3, 5, 10)) + ")"),
         ("definitions", DEFINITIONS),
     ]
     items += [("note", n) for n in st.notes]

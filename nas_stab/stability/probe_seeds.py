@@ -13,7 +13,8 @@ A probe row is one (configuration, seed). Two summaries are computed from them:
   grows as C^(1/2) with the sum, C^0 with 1/sqrt(C)) -- fitted to the per-size
   mean of log2(metric) over seeds, with a 90% interval from a paired bootstrap
   over seeds (one draw of seeds per replicate, used at every size, as the
-  leaderboard's intervals). Only positive finite values enter; a slope needs
+  leaderboard's intervals; the percentile interval widened for the seed count
+  as there: `nas_stab/results/intervals.py`). Only positive finite values enter; a slope needs
   at least two sizes with values, an interval at least two seeds.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ import statistics
 from typing import Any
 
 from nas_stab.metrics import STABILITY_METRICS
+from nas_stab.results.intervals import widen_replicates
 
 _WORST = {"failed": 3, "invalid": 2, "nonfinite": 1, "ok": 0}
 BOOTSTRAP = 1000
@@ -131,11 +133,8 @@ def slopes(rows: list[dict], size_key: str | None, line_keys: list[str], *, pref
                         s = _slope(cells, draw)
                         if s is not None:
                             reps.append(s)
-                    reps.sort()
-                    if reps:
-                        a = (1 - LEVEL) / 2
-                        lo = reps[int(a * (len(reps) - 1))]
-                        hi = reps[int(math.ceil((1 - a) * (len(reps) - 1)))]
+                    if reps:  # widened for the seed count (nas_stab/results/intervals.py)
+                        lo, hi = widen_replicates(reps, len(all_seeds), LEVEL)
                 out.append({**dict(zip(line_keys, label)), "metric": col, "slope": est, "lo": lo, "hi": hi,
                             "sizes": len(cells), "seeds": len(all_seeds)})
     return out

@@ -153,7 +153,7 @@ def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seeds: l
         lines += ["", f"## Slopes against {size_key}", "",
                   f"Each metric's least-squares slope of log2(metric) on log2({size_key}), through the per-size means of "
                   "log2(metric) over seeds: the exponent k of metric ~ size^k (0: the metric does not change with size). "
-                  + ("Interval: 90% paired bootstrap over seeds." if many else "One seed: no interval.")
+                  + ("Interval: 90% paired bootstrap over seeds, widened for few seeds." if many else "One seed: no interval.")
                   + " probe_slopes.csv has every metric.", ""]
         sel = [r for r in slope_rows if r["metric"].split("_", 1)[1] in TABLE + ("branch_grad_norm", "update_ratio", "sharpness")]
         lines.append("| " + " | ".join([*line_keys, "metric", "slope", "90% interval"]) + " |")
