@@ -2,6 +2,10 @@
 
     python scripts/republish_leaderboard.py leaderboards/tau-depth [leaderboards/... ...]
 
+A directory holding a probe (``probe.csv``) instead is rebuilt from it: the
+slopes, their intervals and ``probe.md`` are recomputed with the current code
+(`republish_probe`); nothing is measured again.
+
 A published directory keeps every trained run (``trials.csv``) and the
 provenance of the run(s) it came from (in ``leaderboard_provenance.txt``, or,
 for tables written before that sidecar existed, the ``# field: value`` lines
@@ -129,6 +133,61 @@ def republish(d: Path) -> None:
         print(f"  {r['rank']}. {r['label']}: {r['transfers']} ({r['why']})")
 
 
+def _probe_rows(path: Path) -> list[dict]:
+    """probe.csv back into the rows `nas-stab probe` wrote: empty cells absent, numbers as Python numbers."""
+    df = pd.read_csv(path)
+    rows = []
+    for rec in df.to_dict("records"):
+        row = {}
+        for k, v in rec.items():
+            if isinstance(v, float) and v != v:
+                continue
+            row[k] = v.item() if hasattr(v, "item") else v
+        rows.append(row)
+    return rows
+
+
+def republish_probe(d: Path) -> None:
+    """Recompute probe_slopes.csv and probe.md of a published probe from its probe.csv (the intervals,
+    e.g., after a change to how they are computed); probe.csv, the plots and the provenance stay,
+    and probe.md's last line keeps the original run's commit and date with a note of this rebuild."""
+    from datetime import datetime, timezone
+
+    from nas_stab.config import load_spec
+    from nas_stab.results.rundir import git_commit
+    from nas_stab.stability.probe_cmd import probe_points
+    from nas_stab.stability.probe_seeds import aggregate, slopes
+    from nas_stab.stability.probe_table import axes, probe_markdown, write_slopes
+
+    prov = dict(old_provenance_probe(d))
+    name = prov["spec"].split(" ")[0]
+    spec = load_spec(spec_file(name))
+    rows = _probe_rows(d / "probe.csv")
+    seeds = [int(s) for s in prov["seeds"].split(",")]
+    steps = int(m.group(1)) if (m := re.search(r"after (\d+) step", prov.get("probe", ""))) else 0
+    seconds = float(prov["compute"].split()[0])
+    keys = list(spec.space.keys)
+    size_key, line_keys = axes(spec)
+    _, notes = probe_points(spec)
+    slope_rows = slopes(rows, size_key, line_keys)
+    write_slopes(d / "probe_slopes.csv", slope_rows, line_keys)
+    md = probe_markdown(spec, aggregate(rows), keys, steps, seeds, notes, seconds, slope_rows=slope_rows,
+                        size_key=size_key, line_keys=line_keys).rstrip("\n").split("\n")
+    old_last = (d / "probe.md").read_text().rstrip("\n").split("\n")[-1]
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    md[-1] = (f"{old_last}; tables rebuilt from probe.csv on {when} at commit {git_commit()} "
+              f"(`python scripts/republish_leaderboard.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}`), "
+              "nothing re-measured")
+    atomic_write(d / "probe.md", ("\n".join(md) + "\n").encode())
+    print(f"{d.name}: probe of {len(rows)} rows from {spec_file(name).relative_to(ROOT)}, {len(slope_rows)} slopes")
+
+
+def old_provenance_probe(d: Path) -> list[tuple[str, str]]:
+    lines = (d / "probe_provenance.txt").read_text().splitlines()
+    return [tuple(ln.split(": ", 1)) for ln in lines if ": " in ln]
+
+
 if __name__ == "__main__":
     for arg in sys.argv[1:] or sorted(str(p) for p in (ROOT / "leaderboards").iterdir() if p.is_dir() and p.name != "archive"):
-        republish(Path(arg).resolve())
+        d = Path(arg).resolve()
+        republish_probe(d) if (d / "probe.csv").is_file() and not (d / "trials.csv").is_file() else republish(d)
