@@ -15,7 +15,10 @@ alternating pairs (nas, hand, nas, hand, ...; the order flips every other pair):
 
 Both get OMP_NUM_THREADS and MKL_NUM_THREADS set to the thread count. Prints, per
 thread count, each side's wall time (min / median / max) and the ratio nas / hand of
-each pair (min / median / max): the figure of the README's Performance table. One
+each pair (min / median / max): the figure of the README's Performance table; and
+the same for CPU time (user + system, from the kernel's accounting of each process),
+which a busy or virtualized machine disturbs less than wall time (time the process
+waits for a core counts in wall time only). One
 warm-up pair per thread count is not counted (page cache, Python's bytecode cache).
 A hand script of your own takes the spec's path as its only argument.
 """
@@ -41,14 +44,17 @@ train: {{lr: {lr}, steps: {steps}, batch_size: 128, threads: {threads}}}
 """
 
 
-def timed(cmd: list[str], env: dict, log: Path) -> float:
+def timed(cmd: list[str], env: dict, log: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the process and its children) of one command."""
     w0 = time.perf_counter()
     with open(log, "ab") as f:
-        r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
     dt = time.perf_counter() - w0
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed with exit code {r.returncode}; output in {log}")
-    return dt
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed with exit code {p.returncode}; output in {log}")
+    return dt, usage.ru_utime + usage.ru_stime
 
 
 def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
@@ -84,25 +90,28 @@ def main() -> None:
                                         steps=a.steps, lr=a.lr, threads=threads))
             env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
             sets = [x for s in a.set for x in ("--set", s)]
-            t_nas, t_hand, ratios = [], [], []
+            t_nas, t_hand, ratios, c_nas, c_hand, c_ratios = [], [], [], [], [], []
             for i in range(a.warmup + a.pairs):
                 out = work / f"out-{threads}-{i}"
                 shutil.rmtree(out, ignore_errors=True)
                 run_nas = lambda: timed([*nas, str(spec), "--out", str(out), *sets], env, work / f"nas-{threads}.log")
                 run_hand = lambda: timed([sys.executable, a.hand, str(spec)], env, work / f"hand-{threads}.log")
                 if i % 2 == 0:
-                    n, h = run_nas(), run_hand()
+                    (n, cn), (h, ch) = run_nas(), run_hand()
                 else:
-                    h, n = run_hand(), run_nas()
+                    (h, ch), (n, cn) = run_hand(), run_nas()
                 if not a.keep:
                     shutil.rmtree(out, ignore_errors=True)
                 if i < a.warmup:
                     continue
                 t_nas.append(n), t_hand.append(h), ratios.append(n / h)
+                c_nas.append(cn), c_hand.append(ch), c_ratios.append(cn / ch)
                 print(f"  {threads} thread(s) pair {i - a.warmup + 1}: nas-stab run {n:.2f} s, hand {h:.2f} s, "
-                      f"ratio {n / h:.3f}", flush=True)
+                      f"ratio {n / h:.3f} (CPU {cn:.1f} s / {ch:.1f} s = {cn / ch:.3f})", flush=True)
             print(f"{threads} thread(s): nas-stab run {spread(t_nas)} s, hand {spread(t_hand)} s (min / median / max); "
                   f"ratio nas/hand {spread(ratios, '{:.3f}')}; load average {os.getloadavg()[0]:.2f}", flush=True)
+            print(f"{threads} thread(s), CPU time (user + system): nas-stab run {spread(c_nas, '{:.1f}')} s, "
+                  f"hand {spread(c_hand, '{:.1f}')} s; ratio {spread(c_ratios, '{:.3f}')}", flush=True)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
