@@ -16,8 +16,9 @@ whose ``name:`` matches, and the run metadata (spec hash, commit, versions,
 hardware, creation date) is copied from the stored provenance, so the
 republished table names the runs that actually produced its numbers. Runs
 combined into one table are split back by their seeds. The per-block forward
-norm plot needs the runs' histories, which are not published: the existing
-``plots/fwd_norm_init.png`` is kept and embedded as it is.
+norm plot and the loss curves need the runs' histories, which are not
+published: the existing ``plots/fwd_norm_init.png`` and ``plots/loss_curves.png``
+are kept and embedded as they are.
 
 Nothing is trained; only the leaderboard files and the other plots are
 rewritten (``trials.csv`` is left untouched).
@@ -116,7 +117,7 @@ def republish(d: Path) -> None:
                                     "nothing retrained (the run lines above are the original runs)"))
         pngs, links = {}, {}
         for name, draw in (("lr_transfer", P.transfer_plot), ("optimum_transfer", P.optimum_plot),
-                           ("fwd_norm_init", None), ("divergence", P.divergence_plot)):
+                           ("fwd_norm_init", None), ("divergence", P.divergence_plot), ("loss_curves", None)):
             png = draw(a) if draw else ((d / "plots" / f"{name}.png").read_bytes()
                                         if (d / "plots" / f"{name}.png").is_file() else None)
             if png is None:
