@@ -1,7 +1,7 @@
 """The stability metrics move as the papers predict, measured through the code a run uses
 (`build_model`, `build_optimizer`, `Prober.snapshot` on the task's probe batch), at test size.
 
-docs/metrics.md gives each prediction; scripts/paper_checks_stability.py prints the numbers at
+docs/metrics.md gives each prediction; benchmarks/paper_checks_stability.py prints the numbers at
 larger sizes and more seeds.
 """
 import math

@@ -1,6 +1,6 @@
 """Rebuild a published leaderboard from its stored trials.csv, without retraining.
 
-    python scripts/republish_leaderboard.py leaderboards/tau-depth [leaderboards/... ...]
+    python leaderboards/republish.py leaderboards/tau-depth [leaderboards/... ...]
 
 A directory holding a probe (``probe.csv``) instead is rebuilt from it: the
 slopes, their intervals and ``probe.md`` are recomputed with the current code
@@ -110,10 +110,12 @@ def republish(d: Path) -> None:
             t.to_csv(rd / "trials.csv", index=False)
             dirs.append(rd)
             print(f"{d.name}: {run['name']} from {src.relative_to(ROOT)}, {len(t)} runs")
-        command = f"python scripts/republish_leaderboard.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}"
+        command = f"python leaderboards/republish.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}"
         a, prov, _ = load_analysis(dirs, command=command)
         prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
-        prov.insert(len(prov) - 1, ("republished", "from the stored trials.csv with the current leaderboard code; "
+        from nas_stab.results.rundir import git_commit
+
+        prov.insert(len(prov) - 1, ("republished", f"from the stored trials.csv with the leaderboard code at commit {git_commit()}; "
                                     "nothing retrained (the run lines above are the original runs)"))
         pngs, links = {}, {}
         for name, draw in (("lr_transfer", P.transfer_plot), ("optimum_transfer", P.optimum_plot),
@@ -174,10 +176,10 @@ def republish_probe(d: Path) -> None:
     write_slopes(d / "probe_slopes.csv", slope_rows, line_keys)
     md = probe_markdown(spec, aggregate(rows), keys, steps, seeds, notes, seconds, slope_rows=slope_rows,
                         size_key=size_key, line_keys=line_keys).rstrip("\n").split("\n")
-    old_last = (d / "probe.md").read_text().rstrip("\n").split("\n")[-1]
+    old_last = (d / "probe.md").read_text().rstrip("\n").split("\n")[-1].split("; tables rebuilt from probe.csv")[0]
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     md[-1] = (f"{old_last}; tables rebuilt from probe.csv on {when} at commit {git_commit()} "
-              f"(`python scripts/republish_leaderboard.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}`), "
+              f"(`python leaderboards/republish.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}`), "
               "nothing re-measured")
     atomic_write(d / "probe.md", ("\n".join(md) + "\n").encode())
     print(f"{d.name}: probe of {len(rows)} rows from {spec_file(name).relative_to(ROOT)}, {len(slope_rows)} slopes")

@@ -1,6 +1,6 @@
 """The papers' predictions about the stability metrics, measured (no training).
 
-    nice python scripts/paper_checks_stability.py [--seeds 2]
+    nice python benchmarks/paper_checks_stability.py [--seeds 2]
 
 Prints, for each prediction that tests/test_stability_papers.py checks, the
 numbers measured through the code a run uses (`build_model`,
