@@ -41,6 +41,19 @@ from nas_stab.results import plots as P  # noqa: E402
 from nas_stab.results.leaderboard import PLOTS, atomic_write, load_analysis  # noqa: E402
 
 
+_COMMIT: list[str] = []
+
+
+def code_commit() -> str:
+    """The commit of the code doing the rebuild, taken once, before this process writes anything (the
+    files it rewrites would otherwise mark the later tables' commit '+dirty')."""
+    from nas_stab.results.rundir import git_commit
+
+    if not _COMMIT:
+        _COMMIT.append(git_commit())
+    return _COMMIT[0]
+
+
 def old_provenance(d: Path) -> list[tuple[str, str]]:
     side = d / "leaderboard_provenance.txt"
     lines = side.read_text().splitlines() if side.is_file() else [
@@ -113,9 +126,7 @@ def republish(d: Path) -> None:
         command = f"python leaderboards/republish.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}"
         a, prov, _ = load_analysis(dirs, command=command)
         prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
-        from nas_stab.results.rundir import git_commit
-
-        prov.insert(len(prov) - 1, ("republished", f"from the stored trials.csv with the leaderboard code at commit {git_commit()}; "
+        prov.insert(len(prov) - 1, ("republished", f"from the stored trials.csv with the leaderboard code at commit {code_commit()}; "
                                     "nothing retrained (the run lines above are the original runs)"))
         pngs, links = {}, {}
         for name, draw in (("lr_transfer", P.transfer_plot), ("optimum_transfer", P.optimum_plot),
@@ -157,7 +168,6 @@ def republish_probe(d: Path) -> None:
     from datetime import datetime, timezone
 
     from nas_stab.config import load_spec
-    from nas_stab.results.rundir import git_commit
     from nas_stab.stability.probe_cmd import probe_points
     from nas_stab.stability.probe_seeds import aggregate, slopes
     from nas_stab.stability.probe_table import axes, probe_markdown, write_slopes
@@ -178,7 +188,7 @@ def republish_probe(d: Path) -> None:
                         size_key=size_key, line_keys=line_keys).rstrip("\n").split("\n")
     old_last = (d / "probe.md").read_text().rstrip("\n").split("\n")[-1].split("; tables rebuilt from probe.csv")[0]
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    md[-1] = (f"{old_last}; tables rebuilt from probe.csv on {when} at commit {git_commit()} "
+    md[-1] = (f"{old_last}; tables rebuilt from probe.csv on {when} at commit {code_commit()} "
               f"(`python leaderboards/republish.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}`), "
               "nothing re-measured")
     atomic_write(d / "probe.md", ("\n".join(md) + "\n").encode())
@@ -191,6 +201,7 @@ def old_provenance_probe(d: Path) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
+    code_commit()
     for arg in sys.argv[1:] or sorted(str(p) for p in (ROOT / "leaderboards").iterdir() if p.is_dir() and p.name != "archive"):
         d = Path(arg).resolve()
         republish_probe(d) if (d / "probe.csv").is_file() and not (d / "trials.csv").is_file() else republish(d)
