@@ -289,15 +289,9 @@ def _architecture(spec, record: dict, lr_key: str) -> dict:
     """A transfer search's outer trial as one of its runs recorded it: the searched keys other than the
     lr and the size that are active (as the search decided it: from these values and the base spec)."""
     from nas_stab.search.plan import base_lookup
+    from nas_stab.search.transfer import architecture, outer_dims
 
-    base = base_lookup(spec)
-    arch: dict = {}
-    for d in spec.space:
-        if d.key in (lr_key, spec.leaderboard.transfer):
-            continue
-        if d.active(lambda k: arch[k] if k in arch else base(k)):
-            arch[d.key] = record.get(d.key)
-    return arch
+    return architecture(outer_dims(spec, lr_key), base_lookup(spec), lambda d: record.get(d.key))
 
 
 def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:

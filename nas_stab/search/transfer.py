@@ -66,6 +66,24 @@ def inner_sweeps(spec, arch: dict) -> list[tuple[dict, list[float]]]:
     return [({**rest, lb.transfer: s}, start) for s in spec.space.values_of(spec.space.get(lb.transfer))]
 
 
+def outer_dims(spec, lr_key: str | None = None) -> list:
+    """The dimensions of an outer trial: the searched keys other than the lr (`leaderboard.lr`, or
+    `lr_key`) and the size (`leaderboard.transfer`), in the space's order."""
+    skip = (lr_key or spec.leaderboard.lr, spec.leaderboard.transfer)
+    return [d for d in spec.space if d.key not in skip]
+
+
+def architecture(dims: list, base, value) -> dict:
+    """An outer trial's values: `value(d)` for each dimension that is active given the values before
+    it (and `base(key)`, the base spec, for the keys not searched). The one rule both the search
+    (`value` suggests) and the leaderboard (`value` reads a run's record) apply."""
+    out: dict = {}
+    for d in dims:
+        if d.active(lambda k: out[k] if k in out else base(k)):
+            out[d.key] = value(d)
+    return out
+
+
 def study_name(spec) -> str:
     return f"{spec.name}/transfer"
 
@@ -137,7 +155,7 @@ class TransferSource:
         self.bracket = inner_bracket(spec)  # each size's lr bracketed (search.transfer.inner: bracket)
         self.sizes = list(spec.space.values_of(spec.space.get(self.size_key)))
         self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
-        self.outer_dims = [d for d in spec.space if d.key not in (self.lr_key, self.size_key)]
+        self.outer_dims = outer_dims(spec)
         self._base = base_lookup(spec)
         self.target = limit if limit is not None else spec.search.trials
         self.url = storage
@@ -256,10 +274,7 @@ class TransferSource:
         if n_so_far < len(start):  # the architectures to evaluate first, in order
             self.study.enqueue_trial(dict(start[n_so_far]), skip_if_exists=False)
         ot = self.study.ask()
-        params: dict = {}
-        for d in self.outer_dims:
-            if d.active(self._lookup(params)):
-                params[d.key] = d.suggest(ot)
+        params = architecture(self.outer_dims, self._base, lambda d: d.suggest(ot))
         self._trials[ot.number] = ot
         self.active[ot.number] = params
         return ot.number
