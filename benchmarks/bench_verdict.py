@@ -110,7 +110,9 @@ OCT_TOL = 0.5  # octaves: two fitted optima "agree" within this
 def variant_sets(sp: Space, variant: str) -> list[str]:
     common = ["runner.concurrency=1", "logging.tensorboard=false", *sp.sets]
     if variant == "grid":
-        return common + ["search.sampler=grid", "search.pruner=none",
+        # search.bracket=null: a space published as a bracket search (tau-depth) keeps its bracket
+        # settings, which validation refuses beside sampler grid
+        return common + ["search.sampler=grid", "search.pruner=none", "search.bracket=null",
                          f"space.train.lr={{log_grid: [{sp.lo!r}, {sp.hi!r}, {sp.points}]}}"]
     br = ["search.sampler=bracket", f"space.train.lr=[{', '.join(repr(x) for x in sp.start)}]",
           f"search.bracket={{step_octaves: 1, resolution_octaves: 0.5, lr_limits: [{sp.lo!r}, {sp.hi!r}]}}"]
