@@ -130,3 +130,12 @@ def test_widen_replicates_matches_numpy_quantiles():
     reps = np.random.default_rng(0).normal(size=999)
     lo, mid, hi = np.quantile(reps, [0.05, 0.5, 0.95])
     assert widen_replicates(list(reps), 4) == pytest.approx(widen(lo, hi, mid, reps.std(ddof=1), 4))
+
+
+def test_widen_near_the_float_limit_is_infinite_and_silent():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = widen(-1e308, 1e308, 0.0, 1e308, 5)
+    assert lo == -math.inf and hi == math.inf

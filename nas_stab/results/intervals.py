@@ -60,8 +60,9 @@ def widen(lo, hi, mid, sd, n, level: float = 0.9, *, floor: float | None = None)
     z, k = _z_t(n, level)
     lo, hi, mid, sd = (np.asarray(v, dtype=float) for v in (lo, hi, mid, sd))
     c = k / z
-    a = np.minimum(mid - c * (mid - lo), mid - k * sd)
-    b = np.maximum(mid + c * (hi - mid), mid + k * sd)
+    with np.errstate(over="ignore", invalid="ignore"):  # replicates near the float limit: an infinite end
+        a = np.minimum(mid - c * (mid - lo), mid - k * sd)
+        b = np.maximum(mid + c * (hi - mid), mid + k * sd)
     if floor is not None:
         a = np.maximum(a, floor)
     if a.ndim == 0:
