@@ -54,11 +54,23 @@ def code_commit() -> str:
     return _COMMIT[0]
 
 
+def _pairs(lines: list[str]) -> list[tuple[str, str]]:
+    return [tuple(ln.split(": ", 1)) for ln in lines if ": " in ln]
+
+
+def _shown(d: Path) -> str:
+    """The directory as the rebuild command names it (relative to the repository when inside it)."""
+    return str(d.relative_to(ROOT) if d.is_relative_to(ROOT) else d)
+
+
 def old_provenance(d: Path) -> list[tuple[str, str]]:
+    """A published table's provenance, or a probe's (probe_provenance.txt)."""
     side = d / "leaderboard_provenance.txt"
+    if (d / "probe_provenance.txt").is_file() and not side.is_file():
+        return _pairs((d / "probe_provenance.txt").read_text().splitlines())
     lines = side.read_text().splitlines() if side.is_file() else [
         ln[2:] for ln in (d / "leaderboard.csv").read_text().splitlines() if ln.startswith("# ")]
-    return [tuple(ln.split(": ", 1)) for ln in lines if ": " in ln]
+    return _pairs(lines)
 
 
 def spec_file(name: str) -> Path:
@@ -123,7 +135,7 @@ def republish(d: Path) -> None:
             t.to_csv(rd / "trials.csv", index=False)
             dirs.append(rd)
             print(f"{d.name}: {run['name']} from {src.relative_to(ROOT)}, {len(t)} runs")
-        command = f"python leaderboards/republish.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}"
+        command = f"python leaderboards/republish.py {_shown(d)}"
         a, prov, _ = load_analysis(dirs, command=command)
         prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
         prov.insert(len(prov) - 1, ("republished", f"from the stored trials.csv with the leaderboard code at commit {code_commit()}; "
@@ -172,7 +184,7 @@ def republish_probe(d: Path) -> None:
     from nas_stab.stability.probe_seeds import aggregate, slopes
     from nas_stab.stability.probe_table import axes, probe_markdown, write_slopes
 
-    prov = dict(old_provenance_probe(d))
+    prov = dict(old_provenance(d))
     name = prov["spec"].split(" ")[0]
     spec = load_spec(spec_file(name))
     rows = _probe_rows(d / "probe.csv")
@@ -189,15 +201,10 @@ def republish_probe(d: Path) -> None:
     old_last = (d / "probe.md").read_text().rstrip("\n").split("\n")[-1].split("; tables rebuilt from probe.csv")[0]
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     md[-1] = (f"{old_last}; tables rebuilt from probe.csv on {when} at commit {code_commit()} "
-              f"(`python leaderboards/republish.py {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}`), "
+              f"(`python leaderboards/republish.py {_shown(d)}`), "
               "nothing re-measured")
     atomic_write(d / "probe.md", ("\n".join(md) + "\n").encode())
     print(f"{d.name}: probe of {len(rows)} rows from {spec_file(name).relative_to(ROOT)}, {len(slope_rows)} slopes")
-
-
-def old_provenance_probe(d: Path) -> list[tuple[str, str]]:
-    lines = (d / "probe_provenance.txt").read_text().splitlines()
-    return [tuple(ln.split(": ", 1)) for ln in lines if ": " in ln]
 
 
 if __name__ == "__main__":

@@ -222,8 +222,9 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
             n = n_seeds[sel].reshape((-1,) + (1,) * (arr.ndim - 2))
             with _quiet():
                 sd = np.nanstd(arr, axis=0, ddof=1)
-            lo[sel], hi[sel] = widen(_nanquantile(arr, alpha), _nanquantile(arr, 1 - alpha), _nanquantile(arr, 0.5),
-                                     np.nan_to_num(sd), n, ci, floor=0.0 if name in ("drift", "regret", "worst") else None)
+            q_lo, q_mid, q_hi = _nanquantiles(arr, (alpha, 0.5, 1 - alpha))
+            lo[sel], hi[sel] = widen(q_lo, q_hi, q_mid, np.nan_to_num(sd), n, ci,
+                                     floor=0.0 if name in ("drift", "regret", "worst") else None)
         return lo, hi
 
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
@@ -261,14 +262,18 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     return rows, sizes
 
 
-def _nanquantile(arr: np.ndarray, q: float) -> np.ndarray:
-    """numpy's default (linear) quantile along axis 0, ignoring NaN; vectorized (np.nanquantile
-    loops in Python over the other axes)."""
+def _nanquantiles(arr: np.ndarray, qs) -> list[np.ndarray]:
+    """numpy's default (linear) quantiles along axis 0, ignoring NaN, for each q of `qs` from one sort;
+    vectorized (np.nanquantile loops in Python over the other axes)."""
     srt = np.sort(arr, axis=0)  # NaN sort last
     n = np.isfinite(arr).sum(0)
-    pos = q * np.clip(n - 1, 0, None)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, np.clip(n - 1, 0, None))
-    a = np.take_along_axis(srt, lo[None], 0)[0]
-    b = np.take_along_axis(srt, hi[None], 0)[0]
-    return np.where(n > 0, a + (pos - lo) * (b - a), np.nan)
+    top = np.clip(n - 1, 0, None)
+    out = []
+    for q in qs:
+        pos = q * top
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, top)
+        a = np.take_along_axis(srt, lo[None], 0)[0]
+        b = np.take_along_axis(srt, hi[None], 0)[0]
+        out.append(np.where(n > 0, a + (pos - lo) * (b - a), np.nan))
+    return out
