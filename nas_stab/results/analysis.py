@@ -43,13 +43,14 @@ from nas_stab import metrics
 from nas_stab.errors import RunError
 from nas_stab.results.optimum import EPS, did_not_learn, estimate
 from nas_stab.results.values import NONE, canon, fill_base, fmt_value, value_codes
-from nas_stab.results.verdicts import VERDICT_ORDER, stable, verdicts
+from nas_stab.results.verdicts import CRITERIA, DEFAULT_EPSILON, parse_epsilon, rank, stable, verdicts
 
 __all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning", "stuck_undefined"]
 
 _ACC = ("val_acc", "test_acc")
 _BLEU = ("bleu", "test_bleu")
 _LOSS = ("train_loss", "val_loss", "test_loss")
+BLEU_SHARE = 0.2  # a BLEU cell trains only at this share of the table's best BLEU at its size (docs/leaderboard.md)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Settings:
     margin: float  # a cell trains when its seed-mean beats m0 by more than this
     m0_source: str  # how m0 was chosen (for the provenance)
     tolerance: float = 1.0  # leaderboard.tolerance_octaves
+    epsilon: float | str = "3%"  # leaderboard.epsilon: the regret a "yes" allows
+    criterion: str = "regret"  # leaderboard.criterion: regret | drift
     other_keys: tuple[str, ...] = ()  # searched keys averaged over inside a cell
     n_boot: int = 1000
     ci: float = 0.9
@@ -146,6 +149,8 @@ def analyze(
     metric: str = "val_acc",
     reference: Any = None,
     tolerance: float = 1.0,
+    epsilon: float | str | None = None,
+    criterion: str = "regret",
     classes: int | None = None,
     m0: float | None = None,
     margin: float | None = None,
@@ -161,7 +166,10 @@ def analyze(
             (unless `base` gives it); ``seed`` and ``status`` default to 0 and
             ``complete``.
         lr, transfer, compare, metric, reference: the ``leaderboard`` settings.
-        tolerance: ``leaderboard.tolerance_octaves``, the drift a "yes" allows.
+        tolerance: ``leaderboard.tolerance_octaves``, the drift a "yes" allows (``criterion="drift"``).
+        epsilon: ``leaderboard.epsilon``, the regret a "yes" allows: a number in the metric's units, or a
+            string ``"N%"`` of the row's gap between its best value and m0 (default `DEFAULT_EPSILON`).
+        criterion: ``leaderboard.criterion``: "regret" (default) or "drift".
         classes: the task's class count (sets the no-learning value of accuracy and losses).
         m0, margin: override the no-learning value and the "trains" margin.
         base: the resolved spec (nested mapping), for keys that are not columns.
@@ -257,7 +265,16 @@ def analyze(
     if stuck_na:  # no task-defined no-learning level: not a count of zero, no count
         cells["n_stuck"] = np.nan
     cells["lr"] = lr_float[cells["_l"].to_numpy()]
-    cells["trains"] = sign * (cells["mean"] - m0) > margin + EPS
+    n_k, n_s = int(cells["_k"].max()) + 1, int(cells["_s"].max()) + 1
+    margins = np.full((n_k, n_s), margin)
+    if metric in _BLEU:
+        # a collapsed translation model (one generic sentence for every input) scores a few BLEU, above the
+        # 1-BLEU floor: a cell trains only when it also reaches a share of the table's best at its size
+        best_s = (sign * cells["mean"]).groupby(cells["_s"]).max().reindex(range(n_s)).to_numpy(dtype=float)
+        margins = np.maximum(margins, BLEU_SHARE * np.nan_to_num(sign * best_s - sign * m0)[None, :])
+        notes.append(f"a BLEU cell trains when it reaches {BLEU_SHARE:g} of the table's best BLEU at its size (and {margin:g} BLEU)")
+    cell_margin = margins[cells["_k"].to_numpy(), cells["_s"].to_numpy()]
+    cells["trains"] = sign * (cells["mean"] - m0) > cell_margin + EPS
 
     size_num = np.array([float(v) if t == 0 and isinstance(v, (int, float)) else np.nan for t, v in size_vals], dtype=float)
     ref_code = None
@@ -266,7 +283,7 @@ def analyze(
         ref_code = next((i for i, v in enumerate(size_vals) if v == want), None)
         if ref_code is None:
             notes.append(f"reference size {fmt_value(reference)} was not tried; the smallest size stands in")
-    res = estimate(per_seed, cells, sign=sign, thr=thr, lr_float=lr_float, size_num=size_num,
+    res = estimate(per_seed, cells, sign=sign, thr=sign * m0 + margins, lr_float=lr_float, size_num=size_num,
                     ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
     rows, sizes = res
     sizes["bracket_end"] = _bracket_ends(df, label_codes, size_codes, sizes)
@@ -286,10 +303,17 @@ def analyze(
     rows["stuck"] = cg["n_stuck"].sum() / rows["runs"] if not stuck_na else np.nan
     rows["pruned"] = cg["n_pruned"].sum() / rows["runs"]
     rows["m0"] = m0
-    for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi"):  # the reference size does not train: no lr to transfer
-        rows[c] = rows[c].fillna(m0)
+    no_ref = rows["transfer_score"].isna()  # the reference size does not train: no lr to transfer
+    for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi"):
+        rows[c] = rows[c].mask(no_ref, m0)
     rows["margin"] = margin
-    verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer))
+    if criterion not in CRITERIA:
+        raise RunError(f"leaderboard criterion {criterion!r} is not one of {', '.join(CRITERIA)}")
+    eps_rel, eps_abs = parse_epsilon(DEFAULT_EPSILON if epsilon is None else epsilon)
+    gap = (sign * (rows["best"] - m0)).clip(lower=0.0)
+    rows["epsilon"] = eps_abs if eps_rel is None else eps_rel * gap
+    rows = rows.join(_largest_size(cells, lr_float, sign, m0, margins))
+    verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer), criterion=criterion)
 
     # labels, sizes and ranking
     rows = rows.reset_index()
@@ -308,11 +332,7 @@ def analyze(
     rows["bracket_ends"] = [tuple((v, e) for v, e in zip(sv[i:j], ends[i:j]) if e) for i, j in zip(at, to)]
     rows["no_best_lr"] = [tuple((v, "diverged" if d else "no lr trains") for v, t, d in zip(sv[i:j], tr[i:j], ad[i:j]) if not t)
                           for i, j in zip(at, to)]
-    rows["_verdict"] = rows["transfers"].map(VERDICT_ORDER)
-    rows["_best_sort"] = -sign * rows["best"]
-    rows = rows.sort_values(["_verdict", "transfer_regret", "_best_sort", "_k"], na_position="last", kind="mergesort")
-    rows.insert(0, "rank", np.arange(1, len(rows) + 1))
-    rows = rows.drop(columns=["_best_s", "_ref_s", "_verdict", "_best_sort"]).reset_index(drop=True)
+    rows = rank(rows, sign)
 
     sizes = sizes.copy()
     sizes.insert(0, "label", [label_vals[k][0] for k in sizes["_k"]])
@@ -333,6 +353,7 @@ def analyze(
     settings = Settings(
         metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
         m0=m0, margin=margin, m0_source=m0_how, tolerance=float(tolerance), other_keys=tuple(other),
+        epsilon=DEFAULT_EPSILON if epsilon is None else epsilon, criterion=criterion,
         n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes), stuck_na=stuck_na,
     )
     return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
@@ -352,6 +373,20 @@ def _bracket_ends(df: pd.DataFrame, label_codes: np.ndarray, size_codes: np.ndar
         if e:
             by.setdefault((k, s), set()).add(e)
     return [" / ".join(sorted(by.get((k, s), ()))) for k, s in zip(sizes["_k"].tolist(), sizes["_s"].tolist())]
+
+
+def _largest_size(cells: pd.DataFrame, lr_float: np.ndarray, sign: float, m0: float, margins: np.ndarray) -> pd.DataFrame:
+    """Per row, at its largest size: the share of runs diverged and the width in octaves of the lr window in
+    which it trains (from its smallest to its largest lr that trains; 0 with one), for the ranking."""
+    last = cells.groupby("_k")["_s"].transform("max") == cells["_s"]
+    c = cells.loc[last]
+    x = np.log2(lr_float[c["_l"].to_numpy()])
+    trained = c["trains"].to_numpy()
+    g = pd.DataFrame({"_k": c["_k"].to_numpy(), "div": c["n_diverged"].to_numpy(), "runs": c["n_runs"].to_numpy(),
+                      "x": np.where(trained, x, np.nan)})
+    by = g.groupby("_k")
+    return pd.DataFrame({"largest_diverged": by["div"].sum() / by["runs"].sum(),
+                         "largest_window": (by["x"].max() - by["x"].min()).fillna(0.0)})
 
 
 def _obj(values: list, index: pd.Index) -> pd.Series:

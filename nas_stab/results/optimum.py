@@ -1,26 +1,36 @@
-"""The per-size optimum and the paired seed bootstrap of the leaderboard (docs/leaderboard.md).
+"""The per-size optimum and the seed bootstrap of the leaderboard (docs/leaderboard.md).
 
 Per row label the seed values form an array ``V[size, lr, seed]`` (NaN where a
-run is missing). The point estimate and every bootstrap replicate go through the
-same vectorized `fit` on seed-mean curves: the replicates weight the seeds by one
-multinomial draw per row (a paired resample: the same seed indices for every
-cell of the row), so all rows and replicates are computed at once. `estimate`
-returns the point values with their intervals (percentile intervals widened for
-the row's seed count: `intervals.py`), per row and per (row, size).
+run is missing); seeds are numbered per (row, size), so a size trained with 5
+seeds beside one trained with 1 keeps its own replication. The point estimate
+and every bootstrap replicate go through the same vectorized `fit` on seed-mean
+curves. A replicate resamples the seeds of each (row, size) once, the same
+draw for every lr of that size (paired across lrs: a seed that is better at
+every lr does not move the optimum); sizes are resampled independently of each
+other, which is exact for sizes trained separately and never narrower when
+seeds of different sizes share something (merged run directories, a common
+data order).
+
+`estimate` returns the point values with their intervals, per row and per
+(row, size): the percentile intervals widened for the replication of the cells
+each value rests on (`intervals.py`), an unrefined optimum's interval spanning
+its grid neighbourhood, the drift from a simultaneous band over the sizes, and
+one-sided bounds where an optimum is censored.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from nas_stab.results.intervals import widen
+from nas_stab.results.intervals import factor, widen
 
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 
 EPS = 1e-9
+MISFIT = 0.25  # a refined optimum's interval spans at least this share of the local grid step on each side
 
 
-def did_not_learn(v: np.ndarray, sign: float, thr: float) -> np.ndarray:
+def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
     """Where a value did not learn: at or below the trains threshold ``thr = sign * m0 + margin`` in the
     metric's direction (``sign * v <= thr``), NaN never. The one definition of "did not learn" that the
     fit (no parabola through such a cell) and the leaderboard's ``stuck`` column share (docs/leaderboard.md)."""
@@ -30,19 +40,21 @@ def did_not_learn(v: np.ndarray, sign: float, thr: float) -> np.ndarray:
 
 
 def _layout(per_seed: pd.DataFrame, n_sizes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """V[row, size, lr, seed] of per-seed values (NaN: no run), the row-local lr codes
-    L[row, lr] (-1 padding), and the seed count per row."""
+    """V[row, size, lr, seed] of per-seed values (NaN: no run; seeds numbered per (row, size)), the
+    row-local lr codes L[row, lr] (-1 padding), the seed count per (row, size) and the row-local lr
+    code of every per-seed record."""
     ks = per_seed["_k"].to_numpy()
+    ss = per_seed["_s"].to_numpy()
     n_rows = int(ks.max()) + 1 if len(ks) else 0
     l_loc = per_seed.groupby("_k")["_l"].rank(method="dense").to_numpy().astype(int) - 1
-    n_loc = per_seed.groupby("_k")["_seed"].rank(method="dense").to_numpy().astype(int) - 1
+    n_loc = per_seed.groupby(["_k", "_s"])["_seed"].rank(method="dense").to_numpy().astype(int) - 1
     n_l, n_n = int(l_loc.max()) + 1, int(n_loc.max()) + 1
     V = np.full((n_rows, n_sizes, n_l, n_n), np.nan)
-    V[ks, per_seed["_s"].to_numpy(), l_loc, n_loc] = per_seed["v"].to_numpy(dtype=float)
+    V[ks, ss, l_loc, n_loc] = per_seed["v"].to_numpy(dtype=float)
     L = np.full((n_rows, n_l), -1, dtype=np.int64)
     L[ks, l_loc] = per_seed["_l"].to_numpy()
-    seeds = np.zeros(n_rows, dtype=np.int64)
-    np.maximum.at(seeds, ks, n_loc + 1)
+    seeds = np.zeros((n_rows, n_sizes), dtype=np.int64)
+    np.maximum.at(seeds, (ks, ss), n_loc + 1)
     return V, L, seeds, l_loc
 
 
@@ -50,13 +62,25 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
 
 
-def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, ref: np.ndarray, *,
-         full: bool = True, pruned: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def _neighbours(fin: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The nearest tried lr below and above index j at each size (-1 / L where there is none)."""
+    L = fin.shape[-1]
+    ar = np.arange(L)
+    below = np.where(fin & (ar < j[..., None]), ar, -1).max(-1)
+    above = np.where(fin & (ar > j[..., None]), ar, L).min(-1)
+    return below, above
+
+
+def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, U: np.ndarray, ref: np.ndarray, *,
+        full: bool = True, pruned: np.ndarray | None = None, at: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Optima, drift, slope, regrets and sensitivity of seed-mean curves M[B, row, size, lr]
-    (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size)
-    and ref[row] the reference size code; pruned[row, size, lr] marks the cells no parabola may
-    pass through (a pruned run, or a seed that did not learn). See docs/leaderboard.md for each formula."""
+    (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size),
+    ref[row] the reference size code and thr[row, size] the trains threshold in metric direction;
+    pruned[row, size, lr] marks the cells no parabola may pass through (a pruned run, or a seed that
+    did not learn). `at[B, row]`, when given, replaces the reference size's optimum as the lr carried
+    to every size. See docs/leaderboard.md for each formula."""
     B, K, S, L = M.shape
+    thr = np.broadcast_to(np.asarray(thr, dtype=float), (K, S))
     score = sign * M
     fin = np.isfinite(M[0])  # which lrs were tried at each size: the same in every replicate
     present = fin.any(-1)
@@ -95,7 +119,10 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
 
     # the fitted curve of every size at t = x*(s_ref): its own parabola inside its bracket, else
     # linear interpolation between the lrs tried at that size (the end value beyond them)
-    t = np.take_along_axis(xstar, np.broadcast_to(ref[None, :, None], (B, K, 1)), axis=2)  # [B, K, 1]
+    if at is None:
+        t = np.take_along_axis(xstar, np.broadcast_to(ref[None, :, None], (B, K, 1)), axis=2)  # [B, K, 1]
+    else:
+        t = np.asarray(at, dtype=float).reshape(B, K, 1)
     t = np.broadcast_to(t, (B, K, S))
     ar = np.arange(L)
     left = np.broadcast_to(np.maximum.accumulate(np.where(fin, ar, -1), axis=-1)[None], M.shape)
@@ -111,12 +138,17 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
     with np.errstate(invalid="ignore", divide="ignore"):
         w = np.where(rv_c > lv_c, (t - xl) / (xr - xl), 0.0)
         lin = np.where(lv < 0, yr, np.where(rv >= L, yl, yl + w * (yr - yl)))
+        # between an lr that trains and one that does not, the curve is a cliff, not a slope: the nearer
+        # point's value (the one that trains at the midpoint, where the cliff's place is least known)
+        step = (np.isfinite(yl) & np.isfinite(yr) & (rv_c > lv_c) & ((yl > thr[None] + EPS) != (yr > thr[None] + EPS)))
+        lin = np.where(step, np.where(w < 0.5, yl, np.where(w > 0.5, yr, np.maximum(yl, yr))), lin)
         inside = curved & (t >= x0) & (t <= x2)
         at_t = np.where(inside, y0 + f01 * (t - x0) + a * (t - x0) * (t - x1), lin)
     at_t = np.where(np.isfinite(t) & present, at_t, np.nan)
-    d = np.clip(yv - at_t, 0.0, None)
+    d = np.where(trains, np.clip(yv - at_t, 0.0, None), np.nan)  # the regret of each size that trains
     with np.errstate(invalid="ignore"), _quiet():
         score_t = np.nanmean(np.where(present, at_t, np.nan), -1)  # the metric at every size with s_ref's optimum
+        worst_t = np.nanmin(np.where(present, at_t, np.nan), -1)  # ... at the size it serves worst
         n_d = np.isfinite(d).sum(-1)
         regret = np.where(n_d >= 2, np.nanmean(d, -1), np.nan)
         worst = np.where(n_d >= 2, np.nanmax(d, -1), np.nan)
@@ -132,9 +164,9 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: float, U: np.ndarray, re
         sxx = (du**2).sum(-1)
         slope = np.where((n_ok >= 2) & (sxx > 1e-12), (du * (xx - xbar[..., None])).sum(-1) / sxx, np.nan)
         sens = np.nanmean(np.nanmean(np.where(fin, yv[..., None] - score, np.nan), -1), -1) if full else None
-    return {"j": j, "present": present, "trains": trains, "cens": cens, "xstar": xstar, "ystar": yv, "drift": drift,
-            "slope": slope, "regret": regret, "worst": worst, "n_d": n_d, "sens": sens,
-            "score": sign * score_t}
+    return {"j": j, "present": present, "trains": trains, "cens": cens, "curved": curved, "xstar": xstar, "ystar": yv,
+            "drift": drift, "slope": slope, "regret": regret, "worst": worst, "n_d": n_d, "sens": sens, "d": d,
+            "score": sign * score_t, "worst_at": sign * worst_t, "t": t[..., 0], "at": sign * at_t}
 
 
 class _quiet:
@@ -151,11 +183,59 @@ class _quiet:
         self._w.__exit__(*exc)
 
 
-def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot, ci, seed, sized, notes):
-    """Point estimates and paired-bootstrap intervals: (rows by _k, sizes by (_k, _s))."""
-    n_sizes = int(cells["_s"].max()) + 1
-    V, Lc, n_seeds, l_loc = _layout(per_seed, n_sizes)
+_REPS = ("drift", "slope", "regret", "worst", "xstar", "score", "worst_at", "d")
+
+
+def _bootstrap(V, P, X, n_size, *, sign, thr, U, ref, no_parabola, n_boot, seed) -> dict[str, np.ndarray]:
+    """Replicates [n_boot, ...] of `fit`'s statistics: each (row, size) resamples its own seeds, the same
+    draw for every lr of the size; a cell whose seeds a resample all missed keeps its point mean."""
     K, S, L, N = V.shape
+    out: dict[str, list] = {k: [] for k in _REPS}
+    if n_boot <= 0 or K == 0:
+        return {}
+    rng = np.random.default_rng(seed)
+    mask = np.isfinite(V).astype(float)
+    Vf = np.nan_to_num(V)
+    valid = np.arange(N)[None, None, :] < n_size[:, :, None]  # [K, S, N]
+    chunk = max(1, int(4_000_000 // max(1, K * S * max(L, N))))
+    done = 0
+    while done < n_boot:
+        b = min(chunk, n_boot - done)
+        idx = (rng.random((K, b, S, N)) * np.maximum(n_size, 1)[:, None, :, None]).astype(np.int64)
+        base = np.arange(K * b * S).reshape(K, b, S, 1) * N
+        flat = (base + idx)[np.broadcast_to(valid[:, None], idx.shape)]
+        W = np.bincount(flat, minlength=K * b * S * N).reshape(K, b, S, N).astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            Mb = np.einsum("kbsn,ksln->bksl", W, Vf) / np.einsum("kbsn,ksln->bksl", W, mask)
+        Mb = np.where(np.isnan(Mb), P[None], Mb)
+        with _quiet():
+            r = fit(Mb, X, sign, thr, U, ref, full=False, pruned=no_parabola)
+        for name in _REPS:
+            out[name].append(r[name])
+        done += b
+    return {k: np.concatenate(v, axis=0) for k, v in out.items()}
+
+
+def _interval(arr: np.ndarray, n, ci: float, floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile interval of replicates `arr` [R, ...] widened for the seed count n (broadcast;
+    NaN where n < 2)."""
+    alpha = (1 - ci) / 2
+    with _quiet():
+        sd = np.nanstd(arr, axis=0, ddof=1)
+    q_lo, q_mid, q_hi = _nanquantiles(arr, (alpha, 0.5, 1 - alpha))
+    n = np.broadcast_to(n, q_mid.shape)
+    lo, hi = widen(q_lo, q_hi, q_mid, np.nan_to_num(sd), np.maximum(n, 2), ci, floor=floor)
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    few = n < 2
+    return np.where(few, np.nan, lo), np.where(few, np.nan, hi)
+
+
+def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot, ci, seed, sized, notes):
+    """Point estimates and seed-bootstrap intervals: (rows by _k, sizes by (_k, _s))."""
+    n_sizes = int(cells["_s"].max()) + 1
+    V, Lc, n_size, l_loc = _layout(per_seed, n_sizes)
+    K, S, L, N = V.shape
+    thr = np.broadcast_to(np.asarray(thr, dtype=float), (K, S))
     X = np.where(Lc >= 0, np.log2(lr_float[np.clip(Lc, 0, None)]), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         U = np.log2(size_num) if sized else np.full(S, np.nan)
@@ -175,88 +255,170 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     # a cell where some seed did not learn (its value at the no-learning level: diverged, or stuck at
     # chance with a finite loss) mixes two regimes: its mean is a point on a cliff, not on a smooth
     # curve, so no parabola goes through it either (docs/leaderboard.md, step 2)
-    part_failed = did_not_learn(V, sign, thr).any(-1)
+    part_failed = did_not_learn(V, sign, thr[:, :, None, None]).any(-1)
     no_parabola = pruned | part_failed
     with _quiet():
         P = np.nanmean(V, -1)
         point = fit(P[None], X, sign, thr, U, ref, pruned=no_parabola)
+    reps = _bootstrap(V, P, X, n_size, sign=sign, thr=thr, U=U, ref=ref, no_parabola=no_parabola,
+                      n_boot=n_boot, seed=seed)
 
-    # paired bootstrap over seeds: one multinomial draw of seed indices per row and replicate
-    reps: dict[str, list] = {k: [] for k in ("drift", "slope", "regret", "worst", "xstar", "score")}
-    sel = np.flatnonzero(n_seeds >= 2)  # with one seed a resample is the sample itself: no interval
-    if n_boot > 0 and sel.size:
-        rng = np.random.default_rng(seed)
-        Ks, ns = sel.size, n_seeds[sel]
-        Vs = V[sel]
-        mask = np.isfinite(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1).astype(float)  # [K, N, S*L]
-        Vf = np.nan_to_num(Vs).reshape(Ks, S * L, N).transpose(0, 2, 1)
-        valid = np.arange(N)[None, None, :] < ns[:, None, None]
-        n_cell = np.isfinite(Vs).sum(-1)
-        partial = bool(((n_cell > 0) & (n_cell < ns[:, None, None])).any())
-        chunk = max(1, int(4_000_000 // max(1, Ks * S * L + Ks * N * N)))
-        done = 0
-        while done < n_boot:
-            b = min(chunk, n_boot - done)
-            idx = (rng.random((Ks, b, N)) * ns[:, None, None]).astype(np.int64)
-            flat = (np.arange(Ks * b).reshape(Ks, b, 1) * N + idx)[np.broadcast_to(valid, idx.shape)]
-            W = np.bincount(flat, minlength=Ks * b * N).reshape(Ks, b, N).astype(float)  # seed weights of each replicate
-            with np.errstate(invalid="ignore", divide="ignore"):
-                Mb = (W @ Vf) / (W @ mask)  # [K, b, S*L]
-            Mb = Mb.reshape(Ks, b, S, L).transpose(1, 0, 2, 3)
-            if partial:  # a cell whose seeds the resample all missed (fewer seeds than its row) keeps its mean
-                Mb = np.where(np.isnan(Mb), P[sel][None], Mb)
-            with _quiet():
-                r = fit(Mb, X[sel], sign, thr, U, ref[sel], full=False, pruned=no_parabola[sel])
-            for name in reps:
-                reps[name].append(r[name])
-            done += b
-    alpha = (1 - ci) / 2
+    # replication: the seeds of the cells each optimum rests on (its grid point and the nearest tried lr on
+    # each side), and per row the least of them over the sizes that train
+    fin = np.isfinite(P)
+    n_cell = np.isfinite(V).sum(-1)
+    j = point["j"][0]
+    below, above = _neighbours(fin, j)
+    n_at = _take(n_cell, j)
+    n_rest = np.minimum(n_at, np.minimum(np.where(below >= 0, _take(n_cell, np.clip(below, 0, L - 1)), n_at),
+                                         np.where(above < L, _take(n_cell, np.clip(above, 0, L - 1)), n_at)))
+    trains = point["trains"][0]
+    n_row = np.where(trains, n_rest, np.iinfo(np.int64).max).min(-1)
+    n_row = np.where(trains.any(-1), n_row, 0)
 
-    def interval(name):
-        """The percentile interval widened for the row's seed count (intervals.py); a drift or
-        a regret cannot go below 0."""
-        shape = point[name].shape[1:]
-        lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)
-        if reps[name]:
-            arr = np.concatenate(reps[name], axis=0)
-            n = n_seeds[sel].reshape((-1,) + (1,) * (arr.ndim - 2))
-            with _quiet():
-                sd = np.nanstd(arr, axis=0, ddof=1)
-            q_lo, q_mid, q_hi = _nanquantiles(arr, (alpha, 0.5, 1 - alpha))
-            lo[sel], hi[sel] = widen(q_lo, q_hi, q_mid, np.nan_to_num(sd), n, ci,
-                                     floor=0.0 if name in ("drift", "regret", "worst") else None)
-        return lo, hi
+    # each size's optimum: the widened percentile interval, then its grid neighbourhood where the optimum was
+    # not refined by a parabola (half the step toward a neighbour that trains, the whole step toward one that
+    # does not: the optimum can lie anywhere up to a cliff), open-ended on a censored side
+    kk = np.arange(K)[:, None]
+    xj = X[kk, j]
+    x_below = np.where(below >= 0, X[kk, np.clip(below, 0, L - 1)], np.nan)
+    x_above = np.where(above < L, X[kk, np.clip(above, 0, L - 1)], np.nan)
+    tr_below = np.where(below >= 0, _take(P * sign, np.clip(below, 0, L - 1)) > thr + EPS, False)
+    tr_above = np.where(above < L, _take(P * sign, np.clip(above, 0, L - 1)) > thr + EPS, False)
+    reach_lo = np.where(np.isfinite(x_below), xj - np.where(tr_below, 0.5, 1.0) * (xj - x_below), -np.inf)
+    reach_hi = np.where(np.isfinite(x_above), xj + np.where(tr_above, 0.5, 1.0) * (x_above - xj), np.inf)
+    unrefined = trains & ~point["curved"][0]
+    refined = trains & point["curved"][0]
+    # a parabola's vertex is exact only for a locally symmetric peak: a refined optimum's interval spans at
+    # least MISFIT of the local step on each side of it (asymmetric peaks, flat tops)
+    xv = point["xstar"][0]
+    fit_lo = xv - MISFIT * np.where(np.isfinite(x_below), xj - x_below, 0.0)
+    fit_hi = xv + MISFIT * np.where(np.isfinite(x_above), x_above - xj, 0.0)
+
+    def neighbourhood(lo, hi):
+        lo = np.where(unrefined, np.minimum(lo, reach_lo), np.where(refined, np.minimum(lo, fit_lo), lo))
+        hi = np.where(unrefined, np.maximum(hi, reach_hi), np.where(refined, np.maximum(hi, fit_hi), hi))
+        return np.where(trains, lo, np.nan), np.where(trains, hi, np.nan)
+
+    # what an unrefined optimum beside an lr that does not train may hide: a concave curve stays under the
+    # secant through its two best trained points, extended up to the untrained neighbour (no bound without one)
+    gain = np.zeros((K, S))
+    for side_x, side_ok, other_idx, other_ok in ((x_above, tr_above, below, tr_below), (x_below, tr_below, above, tr_above)):
+        ox = np.where((other_idx >= 0) & (other_idx < L), X[kk, np.clip(other_idx, 0, L - 1)], np.nan)
+        oy = np.where((other_idx >= 0) & (other_idx < L), _take(P * sign, np.clip(other_idx, 0, L - 1)), np.nan)
+        yj = _take(P * sign, j)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rise = (yj - oy) / np.abs(xj - ox) * np.abs(side_x - xj)
+        hidden = unrefined & np.isfinite(side_x) & ~side_ok
+        gain = np.where(hidden, np.maximum(gain, np.where(other_ok & np.isfinite(rise), np.clip(rise, 0.0, None), np.inf)), gain)
+
+    if reps:
+        xlo, xhi = neighbourhood(*_interval(reps["xstar"], n_rest, ci))
+        # the simultaneous band over the sizes that train (for the drift): every size's interval scaled by the
+        # ci quantile of the largest standardized deviation of a replicate's optima from their medians
+        xs = reps["xstar"]
+        with _quiet():
+            med = np.nanmedian(xs, 0)
+            sd = np.nanstd(xs, 0, ddof=1)
+            dev = np.where(sd > 1e-12, np.abs(xs - med) / np.where(sd > 1e-12, sd, 1.0), 0.0)
+            dev = np.where(trains[None] & np.isfinite(xs), dev, 0.0).max(-1)  # [R, K]
+            q = np.nanquantile(dev, ci, axis=0)
+        c = np.where(n_rest >= 2, factor(np.maximum(n_rest, 2), ci), np.nan)
+        half = q[:, None] * sd * c
+        blo, bhi = neighbourhood(np.minimum(med - half, xlo), np.maximum(med + half, xhi))
+    else:
+        xlo = xhi = blo = bhi = np.full((K, S), np.nan)
+    few = trains & (n_rest < 2)
+    xlo, xhi, blo, bhi = (np.where(few, np.nan, v) for v in (xlo, xhi, blo, bhi))
 
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
-    for name, col in (("drift", "lr_drift"), ("slope", "lr_slope"), ("regret", "transfer_regret"), ("worst", "worst_regret"),
-                      ("score", "transfer_score")):
+    cens_any = (trains & (point["cens"][0] != 0)).any(-1)
+    ref_unrefined = unrefined[np.arange(K), ref]
+    ref_cens = (point["cens"][0][np.arange(K), ref] != 0) & trains[np.arange(K), ref]
+
+    # drift from the band: every configuration of optima inside it has a drift inside [lo, hi]
+    with _quiet():
+        n_tr = trains.sum(-1)
+        d_lo = np.where(n_tr >= 2, np.clip(np.nanmax(np.where(trains, blo, np.nan), -1) - np.nanmin(np.where(trains, bhi, np.nan), -1),
+                                           0.0, None), np.nan)
+        d_hi = np.where(n_tr >= 2, np.nanmax(np.where(trains, bhi, np.nan), -1) - np.nanmin(np.where(trains, blo, np.nan), -1), np.nan)
+    rows["lr_drift"] = point["drift"][0]
+    rows["lr_drift_lo"], rows["lr_drift_hi"] = d_lo, d_hi
+
+    for name, col, floor in (("slope", "lr_slope", None), ("regret", "transfer_regret", 0.0), ("worst", "worst_regret", 0.0),
+                             ("score", "transfer_score", None), ("worst_at", "transfer_worst", None)):
         rows[col] = point[name][0]
-        rows[col + "_lo"], rows[col + "_hi"] = interval(name)
+        if reps:
+            lo, hi = _interval(reps[name], n_row, ci, floor=floor)
+            if floor is not None:  # a regret is a max: biased upward near 0, so the lower end is also reflected
+                lo = np.maximum(np.minimum(lo, 2 * point[name][0] - hi), floor)
+        else:
+            lo = hi = np.full(K, np.nan)
+        rows[col + "_lo"], rows[col + "_hi"] = lo, hi
+
+    # the reference size's optimum located only to its grid neighbourhood: the regrets of every lr in it
+    # (half a step to each side: beyond that the curve next to a cliff is not known)
+    if reps:
+        ar = np.arange(K)
+        for end in (xj - 0.5 * (xj - x_below), xj + 0.5 * (x_above - xj)):
+            t = np.where(ref_unrefined, end[ar, ref], np.nan)
+            t = np.where(np.isfinite(t), t, point["t"][0])
+            alt = fit(P[None], X, sign, thr, U, ref, pruned=no_parabola, full=False, at=t[None])
+            d_alt = alt["d"][0].copy()
+            d_alt[ar, ref] = np.where(np.isfinite(d_alt[ar, ref]), 0.0, np.nan)  # the reference size's own regret is 0
+            with _quiet():
+                n_alt = np.isfinite(d_alt).sum(-1)
+                alt_v = {"regret": np.where(n_alt >= 2, np.nanmean(d_alt, -1), np.nan),
+                         "worst": np.where(n_alt >= 2, np.nanmax(d_alt, -1), np.nan)}
+            for name, col in (("regret", "transfer_regret"), ("worst", "worst_regret")):
+                v = alt_v[name]
+                upd = ref_unrefined & np.isfinite(v) & np.isfinite(rows[col + "_lo"].to_numpy())
+                rows[col + "_lo"] = np.where(upd, np.minimum(rows[col + "_lo"], v), rows[col + "_lo"])
+                rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
+        # an unrefined optimum's value may lie above what was measured (`gain`): the regret of its size may be
+        # that much larger
+        g = np.where(trains, gain, 0.0).max(-1)
+        for col in ("transfer_regret", "worst_regret"):
+            rows[col + "_hi"] = rows[col + "_hi"] + np.where(np.isfinite(rows[col + "_hi"]), g, 0.0)
+        # censored optima: the regret is bounded on one side only. A censored size's own optimum lies at or
+        # beyond the grid's end, so its regret is at least what was measured (no upper bound); a censored
+        # reference size's optimum is unknown, so the regret of carrying it is unbounded either way
+        for col in ("transfer_regret", "worst_regret"):
+            has = np.isfinite(rows[col + "_lo"].to_numpy())
+            rows[col + "_hi"] = np.where(cens_any & has, np.inf, rows[col + "_hi"])
+            rows[col + "_lo"] = np.where(ref_cens & has, 0.0, rows[col + "_lo"])
     rows["lr_sensitivity"] = point["sens"][0]
     rows["regret_sizes"] = point["n_d"][0]
     rows["sizes"] = present.sum(-1)
-    rows["seeds"] = n_seeds
+    rows["seeds"] = np.where(present, n_size, 0).max(-1)
+    rows["min_seeds"] = n_row
     rows["_ref_s"] = ref
+    rows["_unrefined"] = unrefined.any(-1)
     # the seed spread at each size's best grid lr, pooled (shown next to the regrets)
-    j = point["j"][0]
     at = np.take_along_axis(V, j[..., None, None].repeat(N, -1), axis=2)[:, :, 0, :]  # [K, S, N]
     with _quiet():
         var = np.nanvar(at, axis=-1, ddof=1)
         rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
-    xlo, xhi = interval("xstar")
-    kk, ss = np.nonzero(present)
+    kk_, ss = np.nonzero(present)
     by = cells.groupby(["_k", "_s"]).agg(n_div=("n_diverged", "sum"), n_runs=("n_runs", "sum"))
-    all_div = (by["n_div"] == by["n_runs"]).reindex(pd.MultiIndex.from_arrays([kk, ss])).to_numpy()
-    cens = point["cens"][0][kk, ss]
-    grid_l = Lc[kk, j[kk, ss]]
-    xs = point["xstar"][0][kk, ss]
+    all_div = (by["n_div"] == by["n_runs"]).reindex(pd.MultiIndex.from_arrays([kk_, ss])).to_numpy()
+    cens = point["cens"][0][kk_, ss]
+    grid_l = Lc[kk_, j[kk_, ss]]
+    xs0 = point["xstar"][0][kk_, ss]
+    if reps:
+        dlo, dhi = _interval(reps["d"], np.minimum(n_rest, n_rest[np.arange(K), ref][:, None]), ci, floor=0.0)
+    else:
+        dlo = dhi = np.full((K, S), np.nan)
     sizes = pd.DataFrame({
-        "_k": kk, "_s": ss, "x_star": xs, "x_lo": xlo[kk, ss], "x_hi": xhi[kk, ss], "best_lr": np.exp2(xs),
+        "_k": kk_, "_s": ss, "x_star": xs0, "x_lo": xlo[kk_, ss], "x_hi": xhi[kk_, ss], "best_lr": np.exp2(xs0),
         "grid_lr": lr_float[grid_l],
         "censored": np.where(cens == -1, "<=", np.where(cens == 1, ">=", np.where(cens == 2, "=", ""))),
-        "trains": point["trains"][0][kk, ss], "all_diverged": all_div,
-        "m_star": sign * point["ystar"][0][kk, ss],
+        "refined": point["curved"][0][kk_, ss], "seeds": n_size[kk_, ss], "rest_seeds": n_rest[kk_, ss],
+        "trains": trains[kk_, ss], "all_diverged": all_div,
+        "m_star": sign * point["ystar"][0][kk_, ss],
+        "regret": point["d"][0][kk_, ss], "regret_lo": dlo[kk_, ss], "regret_hi": dhi[kk_, ss],
+        "at_transfer": point["at"][0][kk_, ss],
     })
     sizes.loc[~sizes["trains"], "censored"] = ""
     return rows, sizes

@@ -11,33 +11,68 @@ from nas_stab.results.values import fmt_value
 __all__ = ["VERDICT_ORDER", "stable", "verdicts"]
 
 VERDICT_ORDER = {"yes": 0, "inconclusive": 1, "no": 2}
+CRITERIA = ("regret", "drift")
+# the regret a "yes" allows by default: 3% of the row's gap between its best value and the no-learning
+# value m0 (docs/leaderboard.md, Epsilon): 2.4 points of accuracy for a row at 0.90 on 10 classes
+DEFAULT_EPSILON = "3%"
+MIN_SEEDS = 3  # a yes or a no needs at least this many seeds in every cell its optima rest on
+
+
+def parse_epsilon(value) -> tuple[float | None, float | None]:
+    """(relative share, absolute value) of a ``leaderboard.epsilon``: ``"2%"`` -> (0.02, None), ``0.01`` ->
+    (None, 0.01). Raises ValueError on anything else (negative, not finite, not a number or a percentage)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("%"):
+            share = float(text[:-1]) / 100.0
+            if not (np.isfinite(share) and 0 < share < 1):
+                raise ValueError(f"a relative epsilon is a percentage between 0 and 100, got {value!r}")
+            return share, None
+        value = float(text)
+    if isinstance(value, bool):
+        raise ValueError(f"epsilon must be a number or a percentage, got {value!r}")
+    v = float(value)
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(f"epsilon must be > 0 and finite, got {value!r}")
+    return None, v
 
 
 def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float: np.ndarray, *, tolerance: float,
-              sized: bool) -> None:
+             sized: bool, criterion: str = "regret") -> None:
     """Fill ``transfers`` (yes / no / inconclusive) and ``why`` (docs/leaderboard.md)."""
     tol = tolerance
     said, whys = [], []
     sz = sizes.sort_values(["_k", "_s"], kind="mergesort")
     bounds = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="left")
     ends = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="right")
-    cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr")}
+    cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr", "rest_seeds")}
     cols["end"] = sz["bracket_end"].to_numpy() if "bracket_end" in sz.columns else np.full(len(sz), "", dtype=object)
     names = np.array([fmt_value(v[1]) for v in size_vals], dtype=object)
-    for i, r in enumerate(rows[["lr_drift_lo", "lr_drift_hi", "seeds", "sizes", "grid_max_step"]].to_dict("records")):
+    need = ["lr_drift_lo", "lr_drift_hi", "worst_regret_lo", "worst_regret_hi", "epsilon", "seeds", "min_seeds", "sizes",
+            "grid_max_step", "grid_step", "_unrefined"]
+    for i, r in enumerate(rows[need].to_dict("records")):
         g = {c: v[bounds[i]:ends[i]] for c, v in cols.items()}
         g["all_diverged"] = pd.Series(g["all_diverged"])
         name = names[g["_s"]]
-        lo, hi = r["lr_drift_lo"], r["lr_drift_hi"]
-        ci = f"lr_drift {lo:.2f}-{hi:.2f}" if np.isfinite(lo) else ""
+        if criterion == "drift":
+            lo, hi, bound = r["lr_drift_lo"], r["lr_drift_hi"], tol
+            ci = f"lr_drift {lo:.2f}-{hi:.2f}" if np.isfinite(lo) else ""
+            unit = f"{tol:g} oct"
+        else:
+            lo, hi, bound = r["worst_regret_lo"], r["worst_regret_hi"], r["epsilon"]
+            ci = f"worst_regret {_n(lo)}-{_n(hi)}" if np.isfinite(lo) else ""
+            unit = f"epsilon {_n(bound)}"
         dead = [f"{n}: {'diverged' if d else 'no lr trains'}" for n, t, d in zip(name, g["trains"], g["all_diverged"]) if not t]
+        enough = r["min_seeds"] >= MIN_SEEDS
+        # a drift verdict resting on optima located only to their grid points needs a step of room
+        room = r["grid_step"] if (criterion == "drift" and r["_unrefined"]) else 0.0
         no, inc = [], []
         if sized and dead:
             no.append(("size " if len(dead) == 1 else "sizes ") + ", ".join(dead))
         elif dead:
             no.append("no lr trains" if not g["all_diverged"].all() else "diverged at every lr")
-        if sized and np.isfinite(lo) and r["seeds"] >= 3 and lo > tol + EPS:
-            no.append(f"{ci} > {tol:g} oct")
+        if sized and np.isfinite(lo) and enough and lo > bound + room + EPS:
+            no.append(f"{ci} > {unit}")
         if no:
             said.append("no")
             whys.append("; ".join(no))
@@ -46,8 +81,11 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
             inc.append("no size axis")
         elif r["sizes"] < 2:
             inc.append("1 size")
-        if r["seeds"] < 3:
+        if r["seeds"] < MIN_SEEDS:
             inc.append(f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}")
+        elif not enough:
+            few = [f"{n} ({int(k)})" for n, k, t in zip(name, g["rest_seeds"], g["trains"]) if t and k < MIN_SEEDS]
+            inc.append("too few seeds at the optimum of " + ", ".join(few))
         # a censored optimum is never "yes", whatever stopped the search there (a bracket sweep's end, e.g.
         # "limit", is named beside it)
         cens = [(n, c, lr, f", {e}" if e else "") for n, c, lr, e in zip(name, g["censored"], g["grid_lr"], g["end"]) if c]
@@ -61,18 +99,60 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
             inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
         if sized and r["sizes"] >= 2:
             if not np.isfinite(hi):
-                if r["seeds"] >= 3:
-                    inc.append("no lr_drift interval")
-            elif hi > tol + EPS:
-                inc.append(f"{ci} above {tol:g} oct" if lo > tol + EPS else f"{ci} straddles {tol:g} oct")
+                if r["seeds"] >= MIN_SEEDS and not cens and np.isnan(hi):
+                    inc.append(f"no {'lr_drift' if criterion == 'drift' else 'worst_regret'} interval")
+            elif hi > bound - room + EPS:
+                inc.append(f"{ci} above {unit}" if lo > bound + EPS else f"{ci} straddles {unit}")
+                if room and lo <= bound + room + EPS and hi > bound - room + EPS and hi <= bound + EPS:
+                    inc[-1] = f"{ci} within a grid step of {unit} (optima at grid points)"
         if inc:
             said.append("inconclusive")
             whys.append("; ".join(inc))
         else:
             said.append("yes")
-            whys.append(f"{ci} <= {tol:g} oct")
+            whys.append(f"{ci} <= {unit}")
     rows["transfers"] = said
     rows["why"] = whys
+
+
+def _n(x: float) -> str:
+    return "inf" if np.isinf(x) else f"{x:.3g}"
+
+
+def rank(rows: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """Order the rows (docs/leaderboard.md, Ranking) and number them.
+
+    1. Tiers by ``transfer_worst``, what the reference size's optimum reaches at the size it serves worst: the
+       rows are taken from the best point value down, and a row stays in the current tier while its interval
+       reaches the tier leader's (indistinguishable within the noise); a row worse than the leader by more than
+       the noise starts the next tier. So a row that collapses at some size never ranks above one that does not.
+    2. Inside a tier: the verdict (yes, inconclusive, no), then the largest size's share of diverged runs
+       (fewer first), then the width of the lr window in which the largest size trains (wider first), then
+       ``worst_regret`` (smaller first), then ``best``.
+    """
+    rows = rows.copy()
+    tw = sign * rows["transfer_worst"].to_numpy(dtype=float)
+    tw_lo = sign * np.where(sign > 0, rows["transfer_worst_lo"], rows["transfer_worst_hi"]).astype(float)
+    tw_hi = sign * np.where(sign > 0, rows["transfer_worst_hi"], rows["transfer_worst_lo"]).astype(float)
+    tw_lo = np.where(np.isfinite(tw_lo), tw_lo, tw)
+    tw_hi = np.where(np.isfinite(tw_hi), tw_hi, tw)
+    order = np.argsort(-np.nan_to_num(tw, nan=-np.inf), kind="mergesort")
+    tier = np.zeros(len(rows), dtype=np.int64)
+    t, lead_lo = -1, np.inf
+    for i in order:
+        if t < 0 or not tw_hi[i] >= lead_lo - EPS:
+            t += 1
+            lead_lo = tw_lo[i] if np.isfinite(tw_lo[i]) else -np.inf
+        tier[i] = t
+    rows["_tier"] = tier
+    rows["_verdict"] = rows["transfers"].map(VERDICT_ORDER)
+    rows["_window"] = -rows["largest_window"]
+    rows["_best_sort"] = -sign * rows["best"]
+    rows = rows.sort_values(["_tier", "_verdict", "largest_diverged", "_window", "worst_regret", "_best_sort", "_k"],
+                            na_position="last", kind="mergesort")
+    rows.insert(0, "rank", np.arange(1, len(rows) + 1))
+    return rows.drop(columns=["_best_s", "_ref_s", "_verdict", "_best_sort", "_tier", "_window", "_unrefined"],
+                     errors="ignore").reset_index(drop=True)
 
 
 def stable(cells: pd.DataFrame, lr_float: np.ndarray) -> pd.DataFrame:

@@ -1,0 +1,182 @@
+"""Simulated learning-rate sweeps with a known answer, for calibrating the leaderboard's verdicts.
+
+Each *family* is a curve shape of the metric against ``x = log2(lr)`` that real sweeps produce, with a
+noise model: a symmetric or asymmetric peak, a divergence cliff beside the optimum, an optimum at the
+edge of a cliff, an accuracy ceiling with binomial noise, a flat (quartic) top, a 2-octave plateau,
+heteroscedastic and heavy-tailed noise, random divergences, missing runs, and run directories merged
+per size. `simulate` draws trials tables (the columns of ``trials.csv``) of many independent tables at
+once; `truth` gives each table's true per-size optimum, drift and regrets; `evaluate` runs `analyze`
+(the code that builds every leaderboard) and reports P(yes), P(no) and the coverage of the printed
+intervals. `tests/test_calibration.py` runs a fast subset; ``benchmarks/bench_calibration.py`` the whole
+table of docs/leaderboard.md.
+
+Example:
+    >>> import numpy as np
+    >>> s = Setting("peak", drift=0.0, sizes=3, seeds=5, sd=0.01, grid="half")
+    >>> r = evaluate([s], tables=20, n_boot=200, seed=0)
+    >>> float(r.loc[0, "yes"]) >= 0.5
+    True
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["FAMILIES", "GRIDS", "Setting", "evaluate", "simulate", "truth"]
+
+CHANCE = 0.1  # 10 classes
+TOP = 0.9
+FAMILIES = ("peak", "asym", "cliff", "edge", "ceiling", "quartic", "plateau", "hetero", "heavy", "rand_div",
+            "missing", "merged")
+GRIDS = ("quarter", "half", "one", "irregular")
+_SPAN = 6.0  # octaves the grid spans
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One simulated condition: `drift` is how far (octaves) the optimum moves from the smallest to the largest
+    size, linearly in log2(size); `sizes` 2-5 sizes 1, 2, 4, ...; `sd` the noise of one run's metric."""
+
+    family: str
+    drift: float
+    sizes: int
+    seeds: int
+    sd: float
+    grid: str = "half"
+
+
+def _grid(kind: str, rng: np.random.Generator) -> np.ndarray:
+    if kind == "irregular":  # half-octave steps jittered by up to 0.15 octave, a few points missing
+        g = np.arange(0, _SPAN + 1e-9, 0.5) + rng.uniform(-0.15, 0.15, int(_SPAN / 0.5) + 1)
+        keep = np.ones(g.size, bool)
+        keep[rng.choice(np.arange(2, g.size - 2), 2, replace=False)] = False
+        return np.sort(g[keep])
+    step = {"quarter": 0.25, "half": 0.5, "one": 1.0}[kind]
+    return np.arange(0, _SPAN + 1e-9, step)
+
+
+def _curve(family: str, x: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """The noiseless metric at x for optimum xs (broadcast)."""
+    dx = x - xs
+    if family == "asym":  # 4x steeper above the optimum than below
+        v = TOP - 0.04 * dx**2 * np.where(dx > 0, 4.0, 1.0)
+    elif family == "edge":  # still rising at the cliff (the cliff is at xs): the optimum is the cliff's edge
+        v = TOP - 0.05 * (dx - 0.75) ** 2
+    elif family == "ceiling":  # near 100%: shallow, binomial noise
+        v = 0.985 - 0.015 * dx**2
+    elif family == "quartic":
+        v = TOP - 0.01 * dx**4
+    elif family == "plateau":  # flat within 1 octave of xs
+        v = TOP - 0.05 * np.maximum(np.abs(dx) - 1.0, 0.0) ** 2
+    else:
+        v = TOP - 0.05 * dx**2
+    return np.maximum(v, CHANCE)
+
+
+def _diverges(family: str, x: np.ndarray, xs: np.ndarray, cliff: np.ndarray) -> np.ndarray:
+    if family == "cliff":  # a divergence cliff between the optimum and one grid step above it
+        return x > xs + cliff
+    if family == "edge":
+        return x > xs
+    return np.zeros(np.broadcast_shapes(x.shape, xs.shape), bool)
+
+
+def _optima(s: Setting, tables: int, rng: np.random.Generator) -> np.ndarray:
+    u = np.arange(s.sizes) / max(1, s.sizes - 1)
+    centre = _SPAN / 2 + rng.uniform(-0.5, 0.5, size=(tables, 1))
+    return centre + s.drift * (u[None, :] - 0.5)  # [table, size]
+
+
+def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.DataFrame, dict[int, dict]]:
+    """A trials table holding `tables` tables per setting (columns ``setting``, ``table``, ``seed``,
+    ``status``, ``model.width``, ``train.lr``, ``val_acc``) and, per setting index, its truth."""
+    rng = np.random.default_rng(seed)
+    frames, truths = [], {}
+    for si, s in enumerate(settings):
+        x = _grid(s.grid, rng)
+        xs = _optima(s, tables, rng)  # [T, S]
+        cliff = rng.uniform(0.05, 1.0, size=xs.shape) * (x[1] - x[0] if x.size > 1 else 1.0)
+        mean = _curve(s.family, x[None, None, :], xs[..., None])  # [T, S, L]
+        shape = mean.shape + (s.seeds,)
+        if s.family == "ceiling":
+            noise = rng.normal(size=shape) * np.sqrt(mean * (1 - mean) / 500.0)[..., None] * (s.sd / 0.01)
+        elif s.family == "hetero":  # noisier away from the optimum
+            noise = rng.normal(size=shape) * s.sd * (1.0 + np.abs(x[None, None, :] - xs[..., None]))[..., None]
+        elif s.family == "heavy":  # Student t with 3 degrees of freedom, scaled to sd
+            noise = rng.standard_t(3, size=shape) * s.sd / np.sqrt(3.0)
+        else:
+            noise = rng.normal(size=shape) * s.sd
+        val = np.clip(mean[..., None] + noise, 0.0, 1.0)
+        div = np.broadcast_to(_diverges(s.family, x[None, None, :], xs[..., None], cliff[..., None])[..., None], shape).copy()
+        if s.family == "rand_div":
+            div |= rng.random(shape) < 0.03
+        keep = np.ones(shape, bool)
+        if s.family == "missing":
+            keep = rng.random(shape) >= 0.1
+        t, sz, lr, k = np.meshgrid(np.arange(tables), np.arange(s.sizes), np.arange(x.size), np.arange(s.seeds), indexing="ij")
+        seed_id = k + (100 * sz if s.family == "merged" else 0)  # merged run directories: each size its own seeds
+        frame = pd.DataFrame({
+            "setting": si, "table": t.ravel(), "seed": seed_id.ravel(),
+            "status": np.where(div.ravel(), "diverged", "complete"),
+            "model.width": (2 ** sz).ravel(), "train.lr": 0.001 * np.exp2(x[lr.ravel()]),
+            "val_acc": np.where(div.ravel(), np.nan, val.ravel()),
+        })
+        frames.append(frame[keep.ravel()])
+        truths[si] = truth(s, xs, x)
+    return pd.concat(frames, ignore_index=True), truths
+
+
+def truth(s: Setting, xs: np.ndarray, grid: np.ndarray) -> dict:
+    """True per-size optima (log2 lr; NaN on a plateau, where the optimum is not a point), drift and the worst
+    size's regret of carrying the smallest size's optimum (regret: NaN on a plateau's own flat top)."""
+    off = np.log2(0.001)
+    fine = np.linspace(grid.min() - 1, grid.max() + 1, 4001)
+    T = xs.shape[0]
+    xstar = xs.copy()  # with "edge", the supremum of the lrs that train
+    best = np.array([_curve(s.family, fine, 0.0).max()])[0]
+    if s.family == "edge":
+        best = _curve(s.family, np.array(0.0), 0.0)
+    x_ref = xs[:, :1]  # the smallest size's optimum (a plateau's centre is one of its optima)
+    at = _curve(s.family, x_ref, xs)
+    if s.family == "edge":
+        at = np.where(x_ref > xs, CHANCE, at)  # carried beyond a size's cliff it diverges
+    regret = np.maximum(best - at, 0.0)  # [T, S]
+    drift = xs.max(1) - xs.min(1)
+    if s.family == "plateau":
+        xstar = np.full_like(xs, np.nan)
+        drift = np.full(T, np.nan)
+    return {"xstar": xstar + off, "drift": drift, "worst": regret.max(1), "regret": regret}
+
+
+def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed: int = 0, *,
+             epsilon=None, criterion: str = "regret", tolerance: float = 1.0) -> pd.DataFrame:
+    """Per setting: P(yes), P(inconclusive), P(no) and the coverage of the printed 90% intervals of each size's
+    optimum (x), the drift and the worst regret, with the true drift and worst regret (means over tables)."""
+    from nas_stab.results.analysis import analyze
+
+    trials, truths = simulate(settings, tables, seed)
+    a = analyze(trials, transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10,
+                n_boot=n_boot, boot_seed=seed, epsilon=epsilon, criterion=criterion, tolerance=tolerance)
+    rows = a.rows.sort_values(["setting", "table"])
+    sizes = a.sizes.sort_values(["setting", "table", "size"])
+    out = []
+    for si, s in enumerate(settings):
+        r = rows[rows["setting"] == si]
+        tr = truths[si]
+        z = sizes[sizes["setting"] == si]
+        xs = tr["xstar"][z["table"].to_numpy(dtype=int), np.log2(z["size"].to_numpy(dtype=float)).astype(int)]
+        has = np.isfinite(xs) & z["trains"].to_numpy(bool) & np.isfinite(z["x_lo"].to_numpy(float))
+        cov_x = float(((z["x_lo"].to_numpy(float) <= xs + 1e-9) & (xs <= z["x_hi"].to_numpy(float) + 1e-9))[has].mean()) if has.any() else np.nan
+        td = tr["drift"][r["table"].to_numpy(dtype=int)]
+        hd = np.isfinite(td) & np.isfinite(r["lr_drift_lo"].to_numpy(float))
+        cov_d = float(((r["lr_drift_lo"] <= td + 1e-9) & (td <= r["lr_drift_hi"] + 1e-9)).to_numpy()[hd].mean()) if hd.any() else np.nan
+        tw = tr["worst"][r["table"].to_numpy(dtype=int)]
+        hw = np.isfinite(tw) & np.isfinite(r["worst_regret_lo"].to_numpy(float))
+        cov_w = float(((r["worst_regret_lo"] <= tw + 1e-9) & (tw <= r["worst_regret_hi"] + 1e-9)).to_numpy()[hw].mean()) if hw.any() else np.nan
+        v = r["transfers"].value_counts(normalize=True)
+        out.append({**asdict(s), "true_worst": float(np.nanmean(tw)), "epsilon": float(r["epsilon"].mean()),
+                    "yes": float(v.get("yes", 0.0)), "inconclusive": float(v.get("inconclusive", 0.0)), "no": float(v.get("no", 0.0)),
+                    "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w})
+    return pd.DataFrame(out)
