@@ -90,7 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--compare", metavar="KEY,...", help="comma-separated keys whose values label the rows")
     lb.add_argument("--lr", metavar="KEY", help="the learning-rate key")
     lb.add_argument("--reference", metavar="S", help="the reference size s_ref (default: the smallest)")
-    lb.add_argument("--tolerance", metavar="OCT", type=float, help="octaves of lr_drift a 'yes' allows (default 1)")
+    lb.add_argument("--tolerance", metavar="OCT", type=float, help="octaves of lr_drift a 'yes' allows with --criterion drift (default 1)")
+    lb.add_argument("--criterion", choices=("regret", "drift"), help="what 'transfers' judges (default: the run's leaderboard.criterion, regret)")
+    lb.add_argument("--epsilon", metavar="E", help="the regret a 'yes' allows: a number in the metric's units or a percentage "
+                    "of the row's gap between its best and the no-learning value (default: leaderboard.epsilon, 3%%)")
     lb.set_defaults(func=cmd_leaderboard)
 
     st = sub.add_parser("status", help="trials by status, best so far, time used and left")
@@ -260,7 +263,15 @@ def cmd_leaderboard(args) -> int:
     bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]
     if bad or not formats:
         raise SpecError(f"unknown format {bad[0] if bad else '(none)'!r}; choose from md, csv, tex, html", key="--format")
+    if args.epsilon is not None:
+        from nas_stab.metrics import parse_epsilon
+
+        try:
+            parse_epsilon(args.epsilon)
+        except ValueError as e:
+            raise SpecError(str(e), key="--epsilon") from None
     overrides = {"metric": args.metric, "transfer": args.transfer, "lr": args.lr, "tolerance": args.tolerance,
+                 "criterion": args.criterion, "epsilon": args.epsilon,
                  "compare": tuple(k.strip() for k in args.compare.split(",") if k.strip()) if args.compare is not None else None,
                  "reference": _scalar(args.reference) if args.reference is not None else None}
     if args.metric is not None:

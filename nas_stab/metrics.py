@@ -5,6 +5,8 @@ leaderboard all read it.
 """
 from __future__ import annotations
 
+import math
+
 STATUSES = ("complete", "pruned", "diverged", "failed")
 
 TASK_METRICS = {
@@ -64,3 +66,22 @@ def worst_value(metric: str, loss_threshold: float | None = None) -> float:
     if metric in MAXIMIZE:
         return 0.0
     return float("inf") if loss_threshold is None else float(loss_threshold)
+
+
+def parse_epsilon(value) -> tuple[float | None, float | None]:
+    """(relative share, absolute value) of a ``leaderboard.epsilon``: ``"2%"`` -> (0.02, None), ``0.01`` ->
+    (None, 0.01). Raises ValueError on anything else (negative, not finite, not a number or a percentage)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("%"):
+            share = float(text[:-1]) / 100.0
+            if not (math.isfinite(share) and 0 < share < 1):
+                raise ValueError(f"a relative epsilon is a percentage between 0 and 100, got {value!r}")
+            return share, None
+        value = float(text)
+    if isinstance(value, bool):
+        raise ValueError(f"epsilon must be a number or a percentage, got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"epsilon must be > 0 and finite, got {value!r}")
+    return None, v

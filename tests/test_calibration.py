@@ -52,7 +52,7 @@ def simulate(settings, rng, *, untrainable=None):
 def verdict_rates(settings, *, seed=0, **kw):
     trials = simulate(settings, np.random.default_rng(seed), **kw)
     a = analyze(trials, transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10,
-                tolerance=TOL, n_boot=200, boot_seed=seed)
+                tolerance=TOL, n_boot=200, boot_seed=seed, criterion="drift")
     counts = a.rows.groupby(["setting", "transfers"]).size().unstack(fill_value=0)
     rates = counts.div(counts.sum(axis=1), axis=0).reindex(columns=["yes", "inconclusive", "no"], fill_value=0.0)
     rates.index = [settings[int(i)] for i in rates.index]

@@ -63,9 +63,11 @@ def test_bracket_ends_in_every_format_and_a_limit_is_never_yes(tmp_path):
     assert sz.loc[("stam", 1), "bracket_end"] == "limit" and sz.loc[("stam", 4), "bracket_end"] == "limit"
     assert sz.loc[("sum", 1), "bracket_end"] == "bracketed" and sz.loc[("sum", 4), "bracket_end"] == "divergence wall"
     rows = a.rows.set_index("label")
-    # stam: both optima censored at the same lr (0.08), so lr_drift is 0 with a zero-width interval; a
-    # censored optimum is still never "yes", and the reason names the limit
-    assert rows.loc["stam", "lr_drift"] == 0 and rows.loc["stam", "lr_drift_hi"] == 0
+    # stam: both optima censored at the same lr (0.08), so lr_drift's point value is 0, but a censored optimum
+    # lies at or beyond the grid's end: the interval is one-sided (no upper end) and never a perfect 0-0;
+    # a censored optimum is never "yes", and the reason names the limit
+    assert rows.loc["stam", "lr_drift"] == 0 and rows.loc["stam", "lr_drift_hi"] == np.inf
+    assert rows.loc["stam", "worst_regret_hi"] == np.inf
     assert rows.loc["stam", "transfers"] == "inconclusive"
     assert "censored at 1 (>=0.08, limit), 4 (>=0.08, limit)" in rows.loc["stam", "why"]
 

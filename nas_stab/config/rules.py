@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from nas_stab import metrics
+from nas_stab.metrics import parse_epsilon
 from nas_stab.errors import SpecError
 from nas_stab.config.build import Ctx
 from nas_stab.textfmt import did_you_mean
@@ -134,6 +135,10 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
             raise ctx.error(path, problem)
     if not stored:
         _check_axes(spec, ctx)
+    try:
+        parse_epsilon(lb.epsilon)
+    except ValueError as e:
+        raise ctx.error(("leaderboard", "epsilon"), str(e)) from None
     if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
         raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
 

@@ -208,7 +208,9 @@ class LeaderboardConfig:
     compare: tuple[str, ...] = _f((), "keys whose values label the rows")
     metric: Optional[str] = _f(None, "default: search.objective")
     reference: Any = _f(None, "s_ref; default the smallest size")
-    tolerance_octaves: float = _f(1.0, "lr_drift a 'yes' allows, in octaves", gt=0)
+    tolerance_octaves: float = _f(1.0, "lr_drift a 'yes' allows, in octaves (criterion: drift)", gt=0)
+    criterion: Literal["regret", "drift"] = _f("regret", "what 'transfers' judges: regret = what carrying the reference size's optimum lr costs at the size it serves worst, within epsilon; drift = how far the optimum moves, within tolerance_octaves")
+    epsilon: Union[float, str] = _f("3%", "the regret a 'yes' allows (criterion: regret): a number in the metric's units (0.01 = one point of accuracy), or a percentage of the row's gap between its best value and the no-learning value ('3%')")
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ CSV_COLUMNS = [
     "lr_drift_lo", "lr_drift_hi", "lr_slope", "lr_slope_lo", "lr_slope_hi", "lr_sensitivity", "grid_step",
     "stable_octaves", "stable_lr_min", "stable_lr_max", "best", "best_std", "best_n", "best_size", "best_lr",
     "reference_size", "sizes", "seeds", "runs", "diverged", "stuck", "pruned", "m0", "margin",
+    "epsilon", "transfer_worst", "transfer_worst_lo", "transfer_worst_hi", "min_seeds", "largest_diverged", "largest_window",
 ]
 
 
@@ -178,7 +179,7 @@ def to_latex(a: Analysis, provenance: Provenance) -> str:
     paragraph under the table and as ``%`` comments."""
     headers, text, _ = display_table(a)
     # a page holds only the verdict and its main numbers; every column stays in CSV and HTML
-    drop = {"regret CI", "worst_regret", "spread", "lr_drift CI", "lr_slope CI", "lr_sensitivity", "stable_octaves",
+    drop = {"regret CI", "worst_regret", "epsilon", "at transfer (worst size)", "spread", "lr_drift CI", "lr_slope CI", "lr_sensitivity", "stable_octaves",
             "best at", "diverged", "stuck", "pruned"}
     keep = [i for i, h in enumerate(headers) if h not in drop]
     align = "".join("l" if headers[i] in ("transfers", "best_lr(s)") or not _is_num_col(text, i) else "r" for i in keep)

@@ -89,6 +89,8 @@ def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[st
         "metric": str(pick("metric") or spec.search.objective),
         "reference": pick("reference"),
         "tolerance": tolerance,
+        "criterion": str(pick("criterion") or "regret"),
+        "epsilon": pick("epsilon"),
         "classes": dataset_classes(spec),
     }
 

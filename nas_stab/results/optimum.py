@@ -27,7 +27,7 @@ from nas_stab.results.intervals import factor, widen
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 
 EPS = 1e-9
-MISFIT = 0.25  # a refined optimum's interval spans at least this share of the local grid step on each side
+MISFIT = 0.5  # a refined optimum's interval spans at least this share of the local grid step on each side
 
 
 def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
@@ -350,18 +350,24 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
         rows[col] = point[name][0]
         if reps:
             lo, hi = _interval(reps[name], n_row, ci, floor=floor)
-            if floor is not None:  # a regret is a max: biased upward near 0, so the lower end is also reflected
-                lo = np.maximum(np.minimum(lo, 2 * point[name][0] - hi), floor)
+            if floor is not None:
+                # a regret is a difference from a maximum, biased upward by the noise (most near 0, on flat tops):
+                # the replicates carry that bias twice, so each end is also reflected about the estimate (the basic
+                # bootstrap interval) and the lower end takes the lower, the upper end the lower of the two
+                th = point[name][0]
+                lo, hi = np.maximum(np.minimum(lo, 2 * th - hi), floor), np.maximum(np.minimum(hi, 2 * th - lo), th)
         else:
             lo = hi = np.full(K, np.nan)
         rows[col + "_lo"], rows[col + "_hi"] = lo, hi
 
-    # the reference size's optimum located only to its grid neighbourhood: the regrets of every lr in it
-    # (half a step to each side: beyond that the curve next to a cliff is not known)
+    # the reference size's optimum is located only to its grid neighbourhood (unrefined: half a step to each
+    # side, beyond which the curve next to a cliff is not known) or to its fit allowance (refined): the regrets
+    # of carrying either end of it
     if reps:
         ar = np.arange(K)
-        for end in (xj - 0.5 * (xj - x_below), xj + 0.5 * (x_above - xj)):
-            t = np.where(ref_unrefined, end[ar, ref], np.nan)
+        ref_trains = trains[ar, ref]
+        for end in (np.where(unrefined, xj - 0.5 * (xj - x_below), fit_lo), np.where(unrefined, xj + 0.5 * (x_above - xj), fit_hi)):
+            t = np.where(ref_trains, end[ar, ref], np.nan)
             t = np.where(np.isfinite(t), t, point["t"][0])
             alt = fit(P[None], X, sign, thr, U, ref, pruned=no_parabola, full=False, at=t[None])
             d_alt = alt["d"][0].copy()
@@ -372,7 +378,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
                          "worst": np.where(n_alt >= 2, np.nanmax(d_alt, -1), np.nan)}
             for name, col in (("regret", "transfer_regret"), ("worst", "worst_regret")):
                 v = alt_v[name]
-                upd = ref_unrefined & np.isfinite(v) & np.isfinite(rows[col + "_lo"].to_numpy())
+                upd = ref_trains & np.isfinite(v) & np.isfinite(rows[col + "_lo"].to_numpy())
                 rows[col + "_lo"] = np.where(upd, np.minimum(rows[col + "_lo"], v), rows[col + "_lo"])
                 rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
         # an unrefined optimum's value may lie above what was measured (`gain`): the regret of its size may be

@@ -56,7 +56,13 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
         ("size axis", st.transfer_key or "none (one size)"),
         ("rows", ", ".join(st.compare) or "one row"),
         ("reference size", fmt_value(st.reference) if st.reference is not None else "smallest"),
-        ("tolerance", f"{num(st.tolerance)} octave(s): 'yes' needs the whole lr_drift interval within it"),
+        ("verdict", f"criterion {st.criterion}: " + (
+            f"'yes' needs the whole worst_regret interval (what the reference size's optimum lr costs at the size it "
+            f"serves worst) within epsilon = {st.epsilon}" + (" of the row's gap between its best value and m0" if str(st.epsilon).strip().endswith("%") else "")
+            + ", 'no' its lower end above it" if st.criterion == "regret" else
+            f"'yes' needs the whole lr_drift interval within {num(st.tolerance)} octave(s), 'no' its lower end above it")
+            + "; a yes or a no needs at least 3 seeds in every cell an optimum rests on"),
+        ("tolerance", f"{num(st.tolerance)} octave(s) of lr_drift (the drift criterion)"),
         ("intervals", f"{int(round(st.ci * 100))}% paired bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}; "
                       "percentile intervals widened for the seed count (" + ", ".join(f"x{factor(n, st.ci):.2f} at {n} seeds" for n in (3, 5, 10)) + ")"),
         ("definitions", DEFINITIONS),
@@ -174,7 +180,8 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
     st = a.settings
     sized = st.transfer_key is not None
     headers = ["rank"] + (list(st.compare) or ["row"]) + [
-        "transfers", "why", "transfer_regret", "regret CI", "worst_regret", "spread", "lr_drift", "lr_drift CI",
+        "transfers", "why", "transfer_regret", "regret CI", "worst_regret", "worst CI", "epsilon", "at transfer (worst size)",
+        "spread", "lr_drift", "lr_drift CI",
         "lr_slope", "lr_slope CI", "best_lr(s)", "lr_sensitivity", "stable_octaves", f"best {st.metric}", "best at",
         "seeds", "diverged", "stuck", "pruned",
     ]
@@ -191,6 +198,7 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
             [str(r["rank"])] + labels + [
                 r["transfers"], r["why"], num(r["transfer_regret"], 3),
                 _ci(r["transfer_regret_lo"], r["transfer_regret_hi"], num3), num(r["worst_regret"], 3),
+                _ci(r["worst_regret_lo"], r["worst_regret_hi"], num3), num(r["epsilon"], 3), num(r["transfer_worst"], 3),
                 num(r["spread"], 3), _oct(r["lr_drift"]), _ci(r["lr_drift_lo"], r["lr_drift_hi"]), _oct(r["lr_slope"]),
                 _ci(r["lr_slope_lo"], r["lr_slope_hi"]), best_lrs(r, sized), num(r["lr_sensitivity"], 3),
                 _oct(r["stable_octaves"]), best, at, str(int(r["seeds"])), f"{100 * r['diverged']:.0f}%",
@@ -199,7 +207,8 @@ def display_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[fl
         )
         keys.append(
             [float(r["rank"])] + [None] * len(labels) + [
-                None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["spread"], r["lr_drift"],
+                None, None, r["transfer_regret"], r["transfer_regret_lo"], r["worst_regret"], r["worst_regret_lo"], r["epsilon"],
+                r["transfer_worst"], r["spread"], r["lr_drift"],
                 r["lr_drift_lo"], r["lr_slope"], r["lr_slope_lo"], None, r["lr_sensitivity"], r["stable_octaves"],
                 r["best"], None, float(r["seeds"]), r["diverged"], _nan_none(r.get("stuck", math.nan)), r["pruned"],
             ]

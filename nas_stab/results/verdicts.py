@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 
 from nas_stab.results.optimum import EPS
+from nas_stab.metrics import parse_epsilon
 from nas_stab.results.values import fmt_value
 
-__all__ = ["VERDICT_ORDER", "stable", "verdicts"]
+__all__ = ["CRITERIA", "DEFAULT_EPSILON", "MIN_SEEDS", "VERDICT_ORDER", "parse_epsilon", "rank", "stable", "verdicts"]
 
 VERDICT_ORDER = {"yes": 0, "inconclusive": 1, "no": 2}
 CRITERIA = ("regret", "drift")
@@ -16,25 +17,6 @@ CRITERIA = ("regret", "drift")
 # value m0 (docs/leaderboard.md, Epsilon): 2.4 points of accuracy for a row at 0.90 on 10 classes
 DEFAULT_EPSILON = "3%"
 MIN_SEEDS = 3  # a yes or a no needs at least this many seeds in every cell its optima rest on
-
-
-def parse_epsilon(value) -> tuple[float | None, float | None]:
-    """(relative share, absolute value) of a ``leaderboard.epsilon``: ``"2%"`` -> (0.02, None), ``0.01`` ->
-    (None, 0.01). Raises ValueError on anything else (negative, not finite, not a number or a percentage)."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.endswith("%"):
-            share = float(text[:-1]) / 100.0
-            if not (np.isfinite(share) and 0 < share < 1):
-                raise ValueError(f"a relative epsilon is a percentage between 0 and 100, got {value!r}")
-            return share, None
-        value = float(text)
-    if isinstance(value, bool):
-        raise ValueError(f"epsilon must be a number or a percentage, got {value!r}")
-    v = float(value)
-    if not (np.isfinite(v) and v > 0):
-        raise ValueError(f"epsilon must be > 0 and finite, got {value!r}")
-    return None, v
 
 
 def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float: np.ndarray, *, tolerance: float,
