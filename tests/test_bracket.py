@@ -275,3 +275,55 @@ def test_trials_is_a_total_across_calls_as_for_a_grid():
     whole, _ = drive(BracketSource(loads_spec(text)), record)
     rest, _ = drive(BracketSource(loads_spec(text)), record, more)
     assert sorted(r["key"] for r in rest) == sorted(r["key"] for r in whole)
+
+
+def test_stuck_and_diverged_start_points_extend_downwards_until_something_trains():
+    # the start lrs 0.4 and 0.8: at 0.4 the model is stuck at chance (complete, 0.1 accuracy), at 0.8 it
+    # diverges; it trains to 0.9 around 0.05. The sweep used to stop there with "no lr trains".
+    src = make([0.4, 0.8])
+
+    def record(job):
+        lr = job.params["train.lr"]
+        row = {"key": job.key, "seed": job.seed, "trial": job.trial, **job.params}
+        if lr > 0.6:
+            return {**row, "status": "diverged", "val_acc": ""}
+        if lr > 0.3:
+            return {**row, "status": "complete", "val_acc": 0.1}
+        return {**row, "status": "complete", "val_acc": 0.9 - 0.05 * (math.log2(lr) - math.log2(0.05)) ** 2 + 0.002 * job.seed}
+
+    records, _ = drive(src, record)
+    (end,) = src.report(records)
+    assert end.end == "bracketed" and octaves(end.best_lr, 0.05) <= 0.25 + 1e-9
+    assert min(lrs_of(records)) < 0.05
+
+
+def test_no_lr_trains_only_after_both_limits():
+    # stuck at chance everywhere: the sweep walks down to the lower limit and up to the upper one first
+    src = make([0.01, 0.02], limits=(0.001, 0.16))
+
+    def record(job):
+        return {"key": job.key, "seed": job.seed, "trial": job.trial, **job.params, "status": "complete", "val_acc": 0.1}
+
+    records, _ = drive(src, record)
+    (end,) = src.report(records)
+    assert end.end == "no lr trains"
+    lrs = lrs_of(records)
+    assert min(lrs) <= 0.002 and max(lrs) >= 0.08
+
+
+def test_a_plateau_is_followed_to_both_ends():
+    # flat (0.9 within the seed noise) from 0.025 to 0.1, falling outside; the start sits on the plateau's left
+    # part. The sweep used to stop at the first local maximum; now it extends while the edge is within noise.
+    src = make([0.025, 0.05])
+
+    def record(job):
+        lr = job.params["train.lr"]
+        d = max(0.0, abs(math.log2(lr) - math.log2(0.05)) - 1.0)
+        return {"key": job.key, "seed": job.seed, "trial": job.trial, **job.params, "status": "complete",
+                "val_acc": 0.9 - 0.1 * d**2 + 0.002 * job.seed}
+
+    records, _ = drive(src, record)
+    (end,) = src.report(records)
+    lrs = lrs_of(records)
+    assert max(lrs) >= 0.2 and min(lrs) <= 0.0125  # past both ends of the plateau
+    assert end.end == "bracketed"

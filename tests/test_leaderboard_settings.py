@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
@@ -198,3 +199,25 @@ def test_a_fixed_lr_table_ranks_by_the_metric_and_says_one_lr(tmp_path):
     out = pd.read_csv(build_leaderboard([run], formats=("csv",), plots=False)["csv"])
     assert out["label"].tolist() == ["stam", "sum"]  # ranked by the metric at the one lr
     assert (out["transfers"] == "inconclusive").all() and out["why"].str.contains("one lr").all()
+
+
+def test_merging_runs_of_different_models_is_refused_unless_compared(tmp_path):
+    # runs/quickstart (depth 4) and runs/qs-deeper (depth 8) used to be pooled into the same cells
+    from nas_stab.errors import SpecError
+    from nas_stab.results.leaderboard import load_analysis
+
+    rows = grid_rows({("sum", 1, 0.1): [0.5, 0.52], ("sum", 1, 0.2): [0.6, 0.61], ("sum", 1, 0.4): [0.55, 0.56],
+                      ("sum", 2, 0.1): [0.5, 0.52], ("sum", 2, 0.2): [0.6, 0.61], ("sum", 2, 0.4): [0.55, 0.56]})
+    a_spec, b_spec = spec_dict("shallow"), spec_dict("deeper")
+    b_spec["model"]["depth"] = 8
+    a = make_run(tmp_path / "a", rows, spec=a_spec, history=False)
+    b = make_run(tmp_path / "b", rows, spec=b_spec, history=False)
+    with pytest.raises(SpecError, match=r"model\.depth \(3 in .*, 8 in .*\).*--compare model\.aggregation,model\.depth"):
+        load_analysis([a, b], n_boot=0)
+    an, _, _ = load_analysis([a, b], n_boot=0, overrides={"compare": ("model.aggregation", "model.depth")})
+    assert sorted(an.rows["model.depth"].tolist()) == [3, 8]
+    # the same model run twice (another seed set, another data root) merges as before
+    c_spec = spec_dict("again")
+    c_spec["task"]["dataset"]["root"] = "/elsewhere"
+    c = make_run(tmp_path / "c", rows, spec=c_spec, history=False)
+    load_analysis([a, c], n_boot=0)

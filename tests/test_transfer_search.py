@@ -714,3 +714,23 @@ def test_a_bracketed_transfer_search_through_the_ray_runner(tmp_path):
         mine = [r for r in got if r["outer_trial"] == str(t.number)]
         assert {r["key"] for r in mine} == {j.key for i, e in enumerate(ends) for j in src.sweep_jobs(i, e)}
         assert t.values == pytest.approx(evaluate(spec, mine)[0], rel=1e-12)
+
+
+def test_censored_optima_never_score_as_transfer():
+    # both sizes' best lr is the grid's top (0.2): lr_drift 0.00 and regret 0 used to be told to Optuna as a
+    # perfect score, which the search then optimized toward; they are bounds, so the trial is not told them
+    from nas_stab.config import loads_spec
+    from nas_stab.search.transfer_objectives import evaluate
+
+    spec = loads_spec(spec_text(TRANSFER, search={"sampler": "random", "trials": 3, "objective": "val_acc",
+                                                   "transfer": {"objectives": ["lr_drift", "worst_regret"]}}))
+    rows = [{"model.branches": b, "train.lr": lr, "model.aggregation_exponent": 0.5, "seed": s, "status": "complete",
+             "val_acc": 0.5 + 0.1 * i + 0.01 * s, "run_id": f"t{i}-s{s}", "key": f"{b}-{i}-{s}"}
+            for b in (1, 4) for i, lr in enumerate((0.05, 0.1, 0.2)) for s in (0, 1)]
+    values, attrs, why = evaluate(spec, rows)
+    assert values is None and "lr_drift" in why and "censored" in why
+    assert attrs["lr_drift"] == 0.0  # the point value is still recorded for the table
+    spec2 = loads_spec(spec_text(TRANSFER, search={"sampler": "random", "trials": 3, "objective": "val_acc",
+                                                    "transfer": {"objectives": ["transfer_score"]}}))
+    values, _, _ = evaluate(spec2, rows)
+    assert values is not None  # the default objective is defined whatever the censoring

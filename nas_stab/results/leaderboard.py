@@ -223,6 +223,7 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
         raise RunError("no run directory given")
     cfg = _settings(runs[0].spec, overrides)
     _check_axes(cfg, runs)
+    _check_same_setting(cfg, runs)
     keys = [cfg["lr"], cfg["transfer"], *cfg["compare"]]
     if len(runs) > 1:  # a key one run searches and another does not: the latter's base value
         keys += [c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c]
@@ -239,6 +240,52 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
         where = ", ".join(str(r.path / "trials.csv") for r in runs)
         raise RunError(f"{where}: {e}") from None
     return a, provenance(runs, trials, command=command), runs
+
+
+# the sections of a resolved experiment that decide what a run trains: runs merged into one table must agree on
+# every key of them that is not searched (or be told apart by a compare column)
+_TRAINED = ("task", "model", "train")
+_TRAINED_ALSO = (("stability", "divergence"),)
+_NOT_TRAINED = {"task.dataset.root", "train.device", "train.threads", "train.eval_every", "train.eval_batch"}  # where and how fast, not what
+
+
+def _fixed(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The flattened settings of `_TRAINED` (dotted key -> value) of a resolved spec."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = tuple(node) if isinstance(node, list) else node
+
+    for sec in _TRAINED:
+        walk(sec, raw.get(sec) or {})
+    for sec, sub in _TRAINED_ALSO:
+        walk(f"{sec}.{sub}", (raw.get(sec) or {}).get(sub) or {})
+    return out
+
+
+def _check_same_setting(cfg: Mapping[str, Any], runs: list[Run]) -> None:
+    """Runs merged into one table must train the same thing apart from what they search: a fixed setting that
+    differs between them (model.depth 4 in one run, 8 in another) would pool different models into the same
+    cells. Refused with the differing keys named, unless each is a compare key (then it labels the rows)."""
+    if len(runs) < 2:
+        return
+    searched = {k for r in runs for k in r.spec.space.keys} | {cfg["lr"], cfg["transfer"], *cfg["compare"]}
+    fixed = [_fixed(r.spec.raw) for r in runs]
+    keys = sorted(set().union(*fixed) - searched - _NOT_TRAINED)
+    differ = []
+    for k in keys:
+        vals = [f.get(k) for f in fixed]
+        if any(v != vals[0] for v in vals[1:]):
+            differ.append(f"{k} (" + ", ".join(f"{fmt_value(v)} in {r.path}" for v, r in zip(vals, runs)) + ")")
+    if differ:
+        raise SpecError(f"the runs train different models: {'; '.join(differ[:5])}" + (f"; and {len(differ) - 5} more" if len(differ) > 5 else "")
+                        + ". Pooling them would mix models in the same cells: build their tables separately, or make "
+                        "each differing key a row label (--compare " + ",".join([*cfg["compare"], *(d.split(" ")[0] for d in differ)]) + ")",
+                        key="leaderboard")
 
 
 # how a bracket sweep ended (nas_stab.search.bracket.SweepEnd.end) as the table says it

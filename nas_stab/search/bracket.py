@@ -8,12 +8,17 @@ decided only when every run of the current one is recorded:
 
 1. **extend**: while the optimum lies at an edge of the learning rates tried,
    add one point `search.bracket.step_octaves` beyond that edge (both edges when
-   only one lr was tried; upwards when no lr trains and the highest did not diverge,
-   downwards when every run diverged). A side stops at `lr_limits`.
+   only one lr was tried). While no lr trains, downwards (from diverged and from
+   stuck points alike: a too-large lr can leave a model stuck at chance) and,
+   unless the highest lr diverged, upwards too. A side stops at `lr_limits`.
 2. **resolve**: then, on each side of the optimum whose nearest tried lr is
    farther than `resolution_octaves`, add the point at that distance (within
    the limits), until both neighbours of the optimum are that close; the
    leaderboard's quadratic fit in log2(lr) then has both of its neighbours.
+3. **plateau**: then, while the farthest lr tried on a side is within the noise
+   of the optimum (its seed-mean below the best by at most twice the standard
+   error of the difference), add one step beyond it: a plateau is followed to
+   its ends instead of stopping at its first local maximum.
 
 "Optimum" is exactly the leaderboard's (`nas_stab.results.analysis.analyze` on
 the sweep's runs: the seed-mean per learning rate, failed and diverged runs
@@ -221,11 +226,16 @@ class BracketSource:
         lo_room = lambda x: x - self.step >= self.lo - _TOL  # noqa: E731
         room = n_tried < self.max_points
         if not trains:
-            all_div = all(c["all_diverged"] for c in cells.values())
-            if all_div and lo_room(xs[0]) and room:
-                return _Decision((_lr(xs[0] - self.step),), "", None)
-            if not cells[xs[-1]]["all_diverged"] and hi_room(xs[-1]) and room:
-                return _Decision((_lr(xs[-1] + self.step),), "", None)
+            # nothing trains yet: smaller lrs (a diverged or stuck point can be too large: a model can sit at chance
+            # above its divergence threshold, as below its useful range) and, unless the highest diverged, larger
+            # ones; "no lr trains" only once both directions have reached their limits
+            new = []
+            if lo_room(xs[0]):
+                new.append(_lr(xs[0] - self.step))
+            if not cells[xs[-1]]["all_diverged"] and hi_room(xs[-1]):
+                new.append(_lr(xs[-1] + self.step))
+            if new and room and n_tried + len(new) <= self.max_points:
+                return _Decision(tuple(sorted(new)), "", None)
             return _Decision((), "no lr trains", None)
         new = []
         if censored in (">=", "=") and hi_room(best):
@@ -239,6 +249,10 @@ class BracketSource:
                 new.append(_lr(best - self.res))
             if (not above or above[0] - best > self.res + _TOL) and best + self.res <= self.hi + _TOL:
                 new.append(_lr(best + self.res))
+        if not new:  # a plateau: keep extending on a side whose farthest point is still within noise of the best
+            for side, room_ok, step in ((xs[0], lo_room, -self.step), (xs[-1], hi_room, self.step)):
+                if abs(side - best) > _TOL and self._level(cells, side, best) and room_ok(side):
+                    new.append(_lr(side + step))
         if new and room and n_tried + len(new) <= self.max_points:
             return _Decision(tuple(sorted(new)), "", None)
         below = [x for x in xs if x < best - _TOL]
@@ -250,6 +264,16 @@ class BracketSource:
         else:
             end = "bracketed"
         return _Decision((), end, _lr(best))
+
+    @staticmethod
+    def _level(cells: dict, x: float, best: float) -> bool:
+        """Whether the cell at x is within the noise of the best cell: its seed-mean below the best's by at most
+        twice the standard error of their difference (with one seed on either side, never: no noise is known)."""
+        a, b = cells[x], cells[best]
+        if a["all_diverged"] or a["n"] < 2 or b["n"] < 2:
+            return False
+        se = math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"])
+        return bool(math.isfinite(se) and abs(b["mean"] - a["mean"]) <= 2 * se)
 
     def optimum(self, rows: list) -> tuple[dict, float, bool, str]:
         """The leaderboard's view of one sweep's runs [(lr, seed, record)]: per log2 lr its cell
@@ -267,7 +291,8 @@ class BracketSource:
         })
         a = analyze(df, lr="lr", metric=self.metric, classes=self.classes, n_boot=0)
         size = a.sizes.iloc[0]
-        cells = {math.log2(float(c["lr"])): {"mean": float(c["mean"]), "all_diverged": bool(c["n_diverged"] == c["n_runs"])}
+        cells = {math.log2(float(c["lr"])): {"mean": float(c["mean"]), "all_diverged": bool(c["n_diverged"] == c["n_runs"]),
+                                             "std": float(c["std"]) if c["std"] == c["std"] else 0.0, "n": int(c["n"])}
                  for c in a.cells.to_dict("records")}
         best = math.log2(float(size["grid_lr"]))
         trains = bool(size["trains"])

@@ -18,7 +18,8 @@ in the outer trial's row:
 | `stable_octaves` | maximize | the longest run of lrs at which every size trains |
 
 An objective the analysis leaves undefined (a regret or drift with fewer than two sizes
-that train) cannot be told to Optuna: the outer trial ends FAIL with the reason, and the
+that train, or with an optimum censored at the grid's end, where the value is only a bound)
+cannot be told to Optuna: the outer trial ends FAIL with the reason, and the
 sampler learns nothing from it. `transfer_score` is always defined, which is why it is the
 default: a size that never trains pulls it down to the no-learning value instead of
 dropping out.
@@ -34,6 +35,7 @@ OBJECTIVES = {
     "transfer_score": "metric", "best": "metric", "transfer_regret": "minimize", "worst_regret": "minimize",
     "lr_drift": "minimize", "lr_sensitivity": "minimize", "stable_octaves": "maximize",
 }
+CENSORED_BOUNDS = ("transfer_regret", "worst_regret", "lr_drift")  # only bounds when an optimum is censored
 STABILITY = ("init_fwd_ratio", "init_grad_ratio", "init_sharpness", "max_update_ratio", "final_fwd_ratio",
              "final_sharpness", "loss_spikes")  # per size, the mean over complete runs, in the outer trial's user attrs
 
@@ -101,6 +103,12 @@ def evaluate(spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, 
                 stab[c] = vals
     attrs["stability"] = stab
     attrs["runs_by_status"] = {str(k): int(v) for k, v in df["status"].astype(str).value_counts().items()}
+    if row["censored"]:
+        # a censored optimum lies at or beyond the grid's end: a drift or a regret computed from it is a bound,
+        # not a value (0.00 from two optima censored at the same edge is not a perfect score), so it is not told
+        for i, o in enumerate(spec.search.transfer.objectives):
+            if o in CENSORED_BOUNDS:
+                values[i] = None
     missing = [o for o, v in zip(spec.search.transfer.objectives, values) if v is None]
     if missing:
         return None, attrs, f"{', '.join(missing)} undefined for these runs ({row['why']})"

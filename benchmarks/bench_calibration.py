@@ -1,0 +1,105 @@
+"""The verdict's calibration table: P(yes), P(no) and interval coverage per curve family, true drift and criterion.
+
+Simulated learning-rate sweeps with a known answer (``nas_stab/results/calibration.py``: symmetric and
+asymmetric peaks, divergence cliffs, an optimum at a cliff's edge, an accuracy ceiling, a quartic top, a
+plateau, heteroscedastic and heavy-tailed noise, random divergences, missing runs, merged run directories)
+go through ``analyze``, the code that builds every leaderboard. True drifts 0, 0.5T, T, 1.5T, 2T and 3T
+(T = 1 octave), both criteria (regret, the default, and drift).
+
+    python benchmarks/bench_calibration.py                 # print the table (about 1-2 min on 2 cores)
+    python benchmarks/bench_calibration.py --write         # and replace it in docs/leaderboard.md
+    python benchmarks/bench_calibration.py --tables 400 --seeds 3,5,10 --grid one
+
+Targets (docs/leaderboard.md): P(yes) <= 5% where one lr truly does not transfer (regret >= 2 epsilon; drift
+>= 2T with the drift criterion); P(no) <= 5% where the optimum does not move; P(yes) >= 80% for the same
+curve at every size with 5 seeds at sd 0.01 on a half-octave grid; every interval covers >= 85%.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from nas_stab.results.calibration import FAMILIES, Setting, evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- calibration table: begin -->", "<!-- calibration table: end -->"
+
+
+def table(tables: int, seeds: list[int], sizes: int, sd: float, grid: str, n_boot: int) -> pd.DataFrame:
+    out = []
+    for criterion in ("regret", "drift"):
+        for k in seeds:
+            settings = [Setting(f, d, sizes, k, sd, grid) for f in FAMILIES for d in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)]
+            r = evaluate(settings, tables=tables, n_boot=n_boot, seed=k, criterion=criterion)
+            out.append(r.assign(criterion=criterion))
+    return pd.concat(out, ignore_index=True)
+
+
+def check(r: pd.DataFrame) -> list[str]:
+    """The targets each row misses."""
+    miss = []
+    for x in r.to_dict("records"):
+        name = f"{x['criterion']} {x['family']} drift {x['drift']:g} seeds {x['seeds']}"
+        false_yes = x["true_worst"] >= 2 * x["epsilon"] if x["criterion"] == "regret" else x["drift"] >= 2
+        if false_yes and x["yes"] > 0.05:
+            miss.append(f"{name}: P(yes) {x['yes']:.2f} > 0.05")
+        if x["drift"] == 0 and x["no"] > 0.05:
+            miss.append(f"{name}: P(no) {x['no']:.2f} > 0.05")
+        for c in ("cover_x", "cover_drift", "cover_worst"):
+            if x[c] == x[c] and x[c] < 0.85:
+                miss.append(f"{name}: {c} {x[c]:.2f} < 0.85")
+    return miss
+
+
+def markdown(r: pd.DataFrame, how: str) -> str:
+    cols = ["criterion", "family", "drift", "seeds", "true_worst", "epsilon", "yes", "no", "cover_x", "cover_drift", "cover_worst"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for x in r[cols].to_dict("records"):
+        cells = [f"{v:.3f}" if isinstance(v, float) and c not in ("drift",) else ("–" if v != v else str(v)) for c, v in x.items()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return f"{BEGIN}\n{how}\n\n" + "\n".join(lines) + f"\n{END}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tables", type=int, default=200, help="simulated tables per setting (default 200)")
+    p.add_argument("--seeds", default="5", help="seed counts, comma-separated (default 5)")
+    p.add_argument("--sizes", type=int, default=3)
+    p.add_argument("--sd", type=float, default=0.01, help="noise sd of one run's metric (default 0.01)")
+    p.add_argument("--grid", default="half", choices=("quarter", "half", "one", "irregular"))
+    p.add_argument("--boot", type=int, default=200, help="bootstrap replicates (default 200)")
+    p.add_argument("--write", action="store_true", help="replace the table in docs/leaderboard.md")
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    r = table(a.tables, [int(s) for s in a.seeds.split(",")], a.sizes, a.sd, a.grid, a.boot)
+    took = time.perf_counter() - t0
+    pd.set_option("display.width", 200)
+    print(r.drop(columns=["sizes", "sd", "grid"]).to_string(float_format=lambda v: f"{v:.3f}"))
+    miss = check(r)
+    print(f"\n{len(r)} settings, {a.tables} tables each, {took:.0f} s; targets missed: {len(miss)}")
+    for m in miss:
+        print("  " + m)
+    if a.write:
+        how = (f"`python benchmarks/bench_calibration.py --write` ({a.tables} tables per setting, {a.sizes} sizes, seeds "
+               f"{a.seeds}, noise sd {a.sd:g}, {a.grid}-octave grid, {a.boot} bootstrap replicates; {len(miss)} target(s) missed, "
+               "listed after the table)")
+        body = markdown(r, how)
+        if miss:
+            body = body.replace(END, "\nMissed: " + "; ".join(miss) + "\n" + END)
+        doc = ROOT / "docs" / "leaderboard.md"
+        text = doc.read_text(encoding="utf-8")
+        if BEGIN not in text:
+            print(f"{doc} has no {BEGIN} marker", file=sys.stderr)
+            return 1
+        i, j = text.index(BEGIN), text.index(END) + len(END)
+        doc.write_text(text[:i] + body + text[j:], encoding="utf-8")
+        print(f"wrote {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
