@@ -10,9 +10,12 @@ go through ``analyze``, the code that builds every leaderboard. True drifts 0, 0
     python benchmarks/bench_calibration.py --write         # and replace it in docs/leaderboard.md
     python benchmarks/bench_calibration.py --tables 400 --seeds 3,5,10 --grid one
 
-Targets (docs/leaderboard.md): P(yes) <= 5% where one lr truly does not transfer (regret >= 2 epsilon; drift
->= 2T with the drift criterion); P(no) <= 5% where the optimum does not move; P(yes) >= 80% for the same
-curve at every size with 5 seeds at sd 0.01 on a half-octave grid; every interval covers >= 85%.
+Targets (docs/leaderboard.md): P(yes) <= 5% where one lr truly does not transfer (carrying the lr the
+reference size's fit found costs >= 2 epsilon; drift >= 2T with the drift criterion); P(no) <= 5% where the
+optimum does not move; P(yes) >= 80% for the same curve at every size with 5 seeds at sd 0.01 on a
+half-octave grid; the x*, lr_drift and worst_regret intervals cover their truth >= 85% (`cover_carried`: the
+regret of the lr the fit found, which `worst_regret` estimates; `cover_worst`, shown beside it, is the
+coverage of the regret of carrying the true optimum).
 """
 from __future__ import annotations
 
@@ -44,19 +47,24 @@ def check(r: pd.DataFrame) -> list[str]:
     miss = []
     for x in r.to_dict("records"):
         name = f"{x['criterion']} {x['family']} drift {x['drift']:g} seeds {x['seeds']}"
-        false_yes = x["true_worst"] >= 2 * x["epsilon"] if x["criterion"] == "regret" else x["drift"] >= 2
-        if false_yes and x["yes"] > 0.05:
-            miss.append(f"{name}: P(yes) {x['yes']:.2f} > 0.05")
+        if x["criterion"] == "regret":
+            if x["yes_if_costly"] == x["yes_if_costly"] and x["yes_if_costly"] > 0.05:
+                miss.append(f"{name}: P(yes | the carried lr costs >= 2 epsilon) {x['yes_if_costly']:.2f} > 0.05")
+            if x["true_worst"] >= 2 * x["epsilon"] and x["yes"] > 0.05:
+                miss.append(f"{name}: P(yes | the true optimum's regret >= 2 epsilon) {x['yes']:.2f} > 0.05")
+        elif x["drift"] >= 2 and x["yes"] > 0.05:
+            miss.append(f"{name}: P(yes | drift >= 2T) {x['yes']:.2f} > 0.05")
         if x["drift"] == 0 and x["no"] > 0.05:
             miss.append(f"{name}: P(no) {x['no']:.2f} > 0.05")
-        for c in ("cover_x", "cover_drift", "cover_worst"):
+        for c in ("cover_x", "cover_drift", "cover_carried"):
             if x[c] == x[c] and x[c] < 0.85:
                 miss.append(f"{name}: {c} {x[c]:.2f} < 0.85")
     return miss
 
 
 def markdown(r: pd.DataFrame, how: str) -> str:
-    cols = ["criterion", "family", "drift", "seeds", "true_worst", "epsilon", "yes", "no", "cover_x", "cover_drift", "cover_worst"]
+    cols = ["criterion", "family", "drift", "true_worst", "carried_worst", "epsilon", "yes", "no", "yes_if_costly", "cover_x",
+            "cover_drift", "cover_carried", "cover_worst"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in r[cols].to_dict("records"):
         cells = [f"{v:.3f}" if isinstance(v, float) and c not in ("drift",) else ("–" if v != v else str(v)) for c, v in x.items()]
@@ -78,7 +86,7 @@ def main(argv=None) -> int:
     r = table(a.tables, [int(s) for s in a.seeds.split(",")], a.sizes, a.sd, a.grid, a.boot)
     took = time.perf_counter() - t0
     pd.set_option("display.width", 200)
-    print(r.drop(columns=["sizes", "sd", "grid"]).to_string(float_format=lambda v: f"{v:.3f}"))
+    print(r.drop(columns=["sizes", "sd", "grid", "inconclusive"]).to_string(float_format=lambda v: f"{v:.3f}"))
     miss = check(r)
     print(f"\n{len(r)} settings, {a.tables} tables each, {took:.0f} s; targets missed: {len(miss)}")
     for m in miss:

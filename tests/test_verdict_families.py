@@ -17,7 +17,8 @@ POINT_FAMILIES = ("peak", "asym", "cliff", "edge", "ceiling", "quartic", "hetero
 
 
 def _fmt(r: pd.DataFrame) -> str:
-    cols = ["family", "drift", "grid", "seeds", "true_worst", "epsilon", "yes", "inconclusive", "no", "cover_x", "cover_drift", "cover_worst"]
+    cols = ["family", "drift", "grid", "seeds", "true_worst", "carried_worst", "epsilon", "yes", "inconclusive", "no",
+            "yes_if_costly", "cover_x", "cover_drift", "cover_carried", "cover_worst"]
     return "\n" + r[[c for c in cols if c in r.columns]].to_string(float_format=lambda v: f"{v:.3f}")
 
 
@@ -30,8 +31,12 @@ def families():
 
 
 def test_no_false_yes_where_one_lr_costs_two_epsilon(families):
+    # the verdict's question: what carrying the lr the reference size's fit found costs (on the true curves)
+    bad = families[families["yes_if_costly"] > 0.05]
+    assert bad.empty, "P(yes) above 5% where carrying the found lr costs >= 2 epsilon:" + _fmt(bad)
+    # and where carrying the true optimum costs >= 2 epsilon
     bad = families[(families["true_worst"] >= 2 * families["epsilon"]) & (families["yes"] > 0.05)]
-    assert bad.empty, "P(yes) above 5% where carrying the reference size's optimum costs >= 2 epsilon:" + _fmt(bad)
+    assert bad.empty, "P(yes) above 5% where the true optimum's regret is >= 2 epsilon:" + _fmt(bad)
 
 
 def test_no_false_no_where_the_optimum_does_not_move(families):
@@ -52,12 +57,9 @@ def test_optimum_and_drift_intervals_cover(families):
     assert (pts["cover_drift"] >= 0.85).all(), "lr_drift intervals cover below 85%:" + _fmt(pts)
 
 
-def test_regret_intervals_cover_where_measured_to_hold(families):
-    # the worst_regret interval's coverage falls short on a few shapes (docs/leaderboard.md lists them):
-    # an optimum at the edge of a cliff, a strongly asymmetric peak and a quartic top, away from drift 0
-    short = {("edge", 2.0), ("edge", 3.0), ("asym", 1.0), ("quartic", 2.0), ("quartic", 3.0), ("plateau", 3.0), ("cliff", 1.0), ("cliff", 3.0)}
-    ok = families[[(f, d) not in short for f, d in zip(families["family"], families["drift"])]]
-    assert (ok["cover_worst"] >= 0.85).all(), "worst_regret intervals cover below 85%:" + _fmt(ok)
+def test_regret_intervals_cover(families):
+    # worst_regret estimates what carrying the found lr costs at the size it serves worst
+    assert (families["cover_carried"] >= 0.85).all(), "worst_regret intervals cover below 85%:" + _fmt(families)
 
 
 @pytest.mark.parametrize("grid", ["one", "quarter", "irregular"])
@@ -65,9 +67,13 @@ def test_error_rates_hold_on_other_grids(grid):
     settings = [Setting(f, d, n, k, 0.01, grid) for f in ("peak", "cliff", "quartic") for d in (0.0, 2.0)
                 for n, k in ((2, 3), (5, 10))]
     r = evaluate(settings, tables=60, n_boot=200, seed=2)
-    bad_yes = r[(r["true_worst"] >= 2 * r["epsilon"]) & (r["yes"] > 0.05)]
+    bad_yes = r[(r["yes_if_costly"] > 0.05) | ((r["true_worst"] >= 2 * r["epsilon"]) & (r["yes"] > 0.05))]
     bad_no = r[(r["drift"] == 0) & (r["no"] > 0.05)]
     assert bad_yes.empty and bad_no.empty, _fmt(r)
+    assert (r["cover_x"] >= 0.85).all(), _fmt(r)
+    # flat tops on a fine grid with many seeds (many cells on the top) cover 77-84% (docs/leaderboard.md)
+    peaked = r[r["family"] != "quartic"]
+    assert (peaked["cover_carried"] >= 0.85).all(), _fmt(r)
 
 
 def test_drift_criterion_on_a_cliff_with_a_one_octave_grid():

@@ -124,7 +124,7 @@ def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.Da
             "val_acc": np.where(div.ravel(), np.nan, val.ravel()),
         })
         frames.append(frame[keep.ravel()])
-        truths[si] = truth(s, xs, x)
+        truths[si] = {**truth(s, xs, x), "xs": xs, "cliff": cliff}
     return pd.concat(frames, ignore_index=True), truths
 
 
@@ -154,6 +154,19 @@ def truth(s: Setting, xs: np.ndarray, grid: np.ndarray) -> dict:
     return {"xstar": xstar + off, "drift": drift, "worst": regret.max(1), "regret": regret}
 
 
+def carried_regret(s: Setting, tr: dict, x_ref: np.ndarray) -> np.ndarray:
+    """The true regret [table, size] of carrying x_ref[table] (log2 lr as the trials hold it) to every size: the
+    size's true best minus its true curve there (chance where it diverges there)."""
+    x = (np.asarray(x_ref, dtype=float) - np.log2(0.001))[:, None]
+    xs, cliff = tr["xs"], tr["cliff"]
+    at = np.where(_diverges(s.family, x, xs, cliff), CHANCE, _curve(s.family, x, xs))
+    fine = np.linspace(-4, 4, 3201)
+    top = _curve(s.family, fine, 0.0)
+    if s.family == "edge":
+        top = np.where(fine <= 0, top, -np.inf)
+    return np.maximum(top.max() - at, 0.0)
+
+
 def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed: int = 0, *,
              epsilon=None, criterion: str = "regret", tolerance: float = 1.0) -> pd.DataFrame:
     """Per setting: P(yes), P(inconclusive), P(no) and the coverage of the printed 90% intervals of each size's
@@ -179,8 +192,20 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
         tw = tr["worst"][r["table"].to_numpy(dtype=int)]
         hw = np.isfinite(tw) & np.isfinite(r["worst_regret_lo"].to_numpy(float))
         cov_w = float(((r["worst_regret_lo"] <= tw + 1e-9) & (tw <= r["worst_regret_hi"] + 1e-9)).to_numpy()[hw].mean()) if hw.any() else np.nan
+        # what carrying the lr the reference size's fit found costs, on the true curves (the verdict's question)
+        tabs = r["table"].to_numpy(dtype=int)
+        ref = z[z["size"] == 1].set_index("table")["x_star"].reindex(tabs).to_numpy(dtype=float)
+        sub = {k: tr[k][tabs] for k in ("xs", "cliff")}
+        tc = np.where(np.isfinite(ref), carried_regret(s, sub, ref).max(-1), np.nan)
+        hc = np.isfinite(tc) & np.isfinite(lo_w := r["worst_regret_lo"].to_numpy(float))
+        hi_w = r["worst_regret_hi"].to_numpy(float)
+        cov_c = float(((lo_w <= tc + 1e-9) & (tc <= hi_w + 1e-9))[hc].mean()) if hc.any() else np.nan
+        said = r["transfers"].to_numpy()
+        costly = np.isfinite(tc) & (tc >= 2 * r["epsilon"].to_numpy(float))
         v = r["transfers"].value_counts(normalize=True)
-        out.append({**asdict(s), "true_worst": float(np.nanmean(tw)), "epsilon": float(r["epsilon"].mean()),
+        out.append({**asdict(s), "true_worst": float(np.nanmean(tw)), "carried_worst": float(np.nanmean(tc)),
+                    "epsilon": float(r["epsilon"].mean()),
                     "yes": float(v.get("yes", 0.0)), "inconclusive": float(v.get("inconclusive", 0.0)), "no": float(v.get("no", 0.0)),
-                    "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w})
+                    "yes_if_costly": float((said[costly] == "yes").mean()) if costly.sum() >= 10 else np.nan,
+                    "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w, "cover_carried": cov_c})
     return pd.DataFrame(out)

@@ -27,7 +27,7 @@ from nas_stab.results.intervals import factor, widen
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 
 EPS = 1e-9
-MISFIT = 0.5  # a refined optimum's interval spans at least this share of the local grid step on each side
+MISFIT = 0.5  # a refined optimum's interval spans at least this share of the wider local grid step on each side
 
 
 def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
@@ -290,10 +290,11 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     unrefined = trains & ~point["curved"][0]
     refined = trains & point["curved"][0]
     # a parabola's vertex is exact only for a locally symmetric peak: a refined optimum's interval spans at
-    # least MISFIT of the local step on each side of it (asymmetric peaks, flat tops)
+    # least MISFIT of the wider local step on each side of it (asymmetric peaks, flat tops, uneven grids)
     xv = point["xstar"][0]
-    fit_lo = xv - MISFIT * np.where(np.isfinite(x_below), xj - x_below, 0.0)
-    fit_hi = xv + MISFIT * np.where(np.isfinite(x_above), x_above - xj, 0.0)
+    wide = np.fmax(np.where(np.isfinite(x_below), xj - x_below, 0.0), np.where(np.isfinite(x_above), x_above - xj, 0.0))
+    fit_lo = xv - MISFIT * wide  # the wider of the two steps on both sides: on an uneven grid the vertex errs by that one
+    fit_hi = xv + MISFIT * wide
 
     def neighbourhood(lo, hi):
         lo = np.where(unrefined, np.minimum(lo, reach_lo), np.where(refined, np.minimum(lo, fit_lo), lo))
@@ -333,7 +334,6 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
 
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
     cens_any = (trains & (point["cens"][0] != 0)).any(-1)
-    ref_unrefined = unrefined[np.arange(K), ref]
     ref_cens = (point["cens"][0][np.arange(K), ref] != 0) & trains[np.arange(K), ref]
 
     # drift from the band: every configuration of optima inside it has a drift inside [lo, hi]
@@ -355,7 +355,11 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
                 # the replicates carry that bias twice, so each end is also reflected about the estimate (the basic
                 # bootstrap interval) and the lower end takes the lower, the upper end the lower of the two
                 th = point[name][0]
-                lo, hi = np.maximum(np.minimum(lo, 2 * th - hi), floor), np.maximum(np.minimum(hi, 2 * th - lo), th)
+                lo = np.minimum(lo, _interval(reps[name], n_row, 1 - (1 - ci) / 2, floor=floor)[0])  # one-sided at the ci level
+                lo = np.maximum(np.minimum(lo, 2 * th - hi), floor)
+                # the upper end is reflected only where the regret is not told from 0 (there the bias of the maximum
+                # dominates; away from 0 a regret's replicates are skewed the other way, on flat tops most)
+                hi = np.where(lo <= floor, np.maximum(np.minimum(hi, 2 * th - lo), th), hi)
         else:
             lo = hi = np.full(K, np.nan)
         rows[col + "_lo"], rows[col + "_hi"] = lo, hi
@@ -366,10 +370,20 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     if reps:
         ar = np.arange(K)
         ref_trains = trains[ar, ref]
-        for end in (np.where(unrefined, xj - 0.5 * (xj - x_below), fit_lo), np.where(unrefined, xj + 0.5 * (x_above - xj), fit_hi)):
+        half_lo = np.where(unrefined, xj - 0.5 * (xj - x_below), fit_lo)
+        half_hi = np.where(unrefined, xj + 0.5 * (x_above - xj), fit_hi)
+        # toward a neighbour that does not train the optimum may lie up to the cliff: the lower ends also carry the
+        # far end of that step (the upper ends do not: beyond the midpoint the curve next to a cliff is unknown)
+        far_lo = np.where(unrefined & ~tr_below, reach_lo, half_lo)
+        far_hi = np.where(unrefined & ~tr_above, reach_hi, half_hi)
+        # and a parabola's vertex can overshoot an asymmetric peak's top: the lower ends also take the curves
+        # without any parabola (each size's best measured point and straight lines between measured points)
+        flat = np.ones_like(no_parabola)
+        for end, both, mask in ((half_lo, True, no_parabola), (half_hi, True, no_parabola), (far_lo, False, no_parabola),
+                                (far_hi, False, no_parabola), (half_lo, False, flat), (half_hi, False, flat)):
             t = np.where(ref_trains, end[ar, ref], np.nan)
             t = np.where(np.isfinite(t), t, point["t"][0])
-            alt = fit(P[None], X, sign, thr, U, ref, pruned=no_parabola, full=False, at=t[None])
+            alt = fit(P[None], X, sign, thr, U, ref, pruned=mask, full=False, at=t[None])
             d_alt = alt["d"][0].copy()
             d_alt[ar, ref] = np.where(np.isfinite(d_alt[ar, ref]), 0.0, np.nan)  # the reference size's own regret is 0
             with _quiet():
@@ -380,7 +394,8 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
                 v = alt_v[name]
                 upd = ref_trains & np.isfinite(v) & np.isfinite(rows[col + "_lo"].to_numpy())
                 rows[col + "_lo"] = np.where(upd, np.minimum(rows[col + "_lo"], v), rows[col + "_lo"])
-                rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
+                if both:
+                    rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
         # an unrefined optimum's value may lie above what was measured (`gain`): the regret of its size may be
         # that much larger
         g = np.where(trains, gain, 0.0).max(-1)
