@@ -94,7 +94,7 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
     out += ["", f"Columns are defined in `{DEFINITIONS}` (in the nas_stab repository): `transfers` is yes / no / "
             "inconclusive and `why` gives the reason; `<=` / `>=` in `best_lr(s)` mark an optimum censored at the "
             "grid's end" + ("; after a bracket search, `(limit)`, `(wall)` or `(unfinished)` says why a sweep stopped "
-                            "there" if bracketed(a) else "") + "; intervals are 90% paired bootstraps over seeds, widened for few seeds.", ""]
+                            "there" if bracketed(a) else "") + "; intervals are 90% seed bootstraps (each size's seeds, paired across its lrs), widened for few seeds.", ""]
     out += ["## Provenance", ""]
     out += [f"- **{escape_md(k)}**: {escape_md(v)}" for k, v in list(provenance) + settings_items(a)]
     if plots:

@@ -92,7 +92,7 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
                "<code>&lt;=</code> / <code>&gt;=</code> in <code>best_lr(s)</code> mark an optimum censored at the grid's end; "
                + ("after a bracket search, <code>(limit)</code>, <code>(wall)</code> or <code>(unfinished)</code> says why a "
                   "sweep stopped there; " if bracketed(a) else "") +
-               "intervals are 90% paired bootstraps over seeds, widened for few seeds. Click a column header to sort.</p>")
+               "intervals are 90% seed bootstraps (each size's seeds, paired across its lrs), widened for few seeds. Click a column header to sort.</p>")
     out.extend(sections)
     out.append('<h2>Provenance</h2><table class="provenance"><tbody>')
     for k, v in list(provenance) + settings_items(a):

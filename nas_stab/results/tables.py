@@ -63,7 +63,7 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
             f"'yes' needs the whole lr_drift interval within {num(st.tolerance)} octave(s), 'no' its lower end above it")
             + "; a yes or a no needs at least 3 seeds in every cell an optimum rests on"),
         ("tolerance", f"{num(st.tolerance)} octave(s) of lr_drift (the drift criterion)"),
-        ("intervals", f"{int(round(st.ci * 100))}% paired bootstrap over seeds, {st.n_boot} replicates, seed {st.boot_seed}; "
+        ("intervals", f"{int(round(st.ci * 100))}% bootstrap over each size's seeds (paired across its lrs), {st.n_boot} replicates, seed {st.boot_seed}; "
                       "percentile intervals widened for the seed count (" + ", ".join(f"x{factor(n, st.ci):.2f} at {n} seeds" for n in (3, 5, 10)) + ")"),
         ("definitions", DEFINITIONS),
     ]
