@@ -268,19 +268,30 @@ def _fixed(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_same_setting(cfg: Mapping[str, Any], runs: list[Run]) -> None:
-    """Runs merged into one table must train the same thing apart from what they search: a fixed setting that
-    differs between them (model.depth 4 in one run, 8 in another) would pool different models into the same
-    cells. Refused with the differing keys named, unless each is a compare key (then it labels the rows)."""
+    """Runs merged into one table must train the same thing apart from what they search where they share a row:
+    a fixed setting that differs between them (model.depth 4 in one run, 8 in another) would pool different
+    models into the same cells. Refused with the differing keys named, unless each is a compare key (then it
+    labels the rows); runs whose rows are disjoint (each its own aggregation, say) are shown side by side."""
     if len(runs) < 2:
         return
     searched = {k for r in runs for k in r.spec.space.keys} | {cfg["lr"], cfg["transfer"], *cfg["compare"]}
     fixed = [_fixed(r.spec.raw) for r in runs]
     keys = sorted(set().union(*fixed) - searched - _NOT_TRAINED)
+    compare = list(cfg["compare"])
+
+    def labels(r: Run) -> set:
+        t = fill_base(r.trials, compare, r.spec.raw)
+        return {tuple(fmt_value(v) for v in row) for row in t[compare].itertuples(index=False, name=None)} if compare else {()}
+
+    rows = [labels(r) for r in runs]
     differ = []
     for k in keys:
         vals = [f.get(k) for f in fixed]
-        if any(v != vals[0] for v in vals[1:]):
-            differ.append(f"{k} (" + ", ".join(f"{fmt_value(v)} in {r.path}" for v, r in zip(vals, runs)) + ")")
+        # pooled only where two runs that differ in k put runs into the same row
+        clash = [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs)) if vals[i] != vals[j] and rows[i] & rows[j]]
+        if clash:
+            at = sorted({i for pair in clash for i in pair})
+            differ.append(f"{k} (" + ", ".join(f"{fmt_value(vals[i])} in {runs[i].path}" for i in at) + ")")
     if differ:
         raise SpecError(f"the runs train different models: {'; '.join(differ[:5])}" + (f"; and {len(differ) - 5} more" if len(differ) > 5 else "")
                         + ". Pooling them would mix models in the same cells: build their tables separately, or make "
