@@ -34,7 +34,7 @@ class DatasetConfig:
     # synthetic classification
     classes: int = _f(10, "synthetic: number of classes", ge=2, le=10_000)
     shape: tuple[int, ...] = _f((1, 8, 8), "synthetic: input shape (C, H, W) or (D,)")
-    size: int = _f(2000, "synthetic: number of samples", ge=10, le=10_000_000)
+    size: int = _f(2000, "synthetic, mnist1d: number of samples (mnist1d: the paper's data set is 5000, 4000 train / 1000 test)", ge=10, le=10_000_000)
     noise: float = _f(0.5, "synthetic: noise level", ge=0)
     augment: bool = _f(True, "random crop + flip on whole batches (image datasets of 32x32)")
     normalize: Literal["standard", "unit"] = _f("standard", "classification inputs: standard = per-channel standardization; unit = standardized, then each example scaled to L2 norm 1 (the tau and STAM papers' assumption ||x|| = 1)")

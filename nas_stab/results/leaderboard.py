@@ -50,7 +50,7 @@ PLOTS = {
 }
 
 
-CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}  # class counts of the fixed datasets
+CLASSES = {"digits": 10, "mnist": 10, "mnist1d": 10, "cifar10": 10, "cifar100": 100}  # class counts of the fixed datasets
 _DEFAULTS = LeaderboardConfig()
 
 
