@@ -28,12 +28,24 @@ def check_model(spec) -> tuple[tuple, str] | None:
     if task != spec.task.kind:
         return ("model", "arch"), f"{m.arch!r} is a {task} architecture; task.kind is {spec.task.kind!r}"
     check = entry.info.get("check")
-    return check(spec) if check else None
+    problem = check(spec) if check else None
+    if problem is None:
+        from nas_stab.models.parametrization import check as check_parametrization
+
+        problem = check_parametrization(spec)
+    return problem
 
 
 def build_model(spec, info):
-    """Build the architecture named by `spec.model.arch` for data described by `info`."""
-    return ARCHS.get(spec.model.arch)(spec, info)
+    """Build the architecture named by `spec.model.arch` for data described by `info`, in the parametrization
+    `spec.model.parametrization` (weight/sp and path as built; mup and depth_mup rescaled by `parametrization.apply`)."""
+    build = ARCHS.get(spec.model.arch)
+    model = build(spec, info)
+    if spec.model.parametrization in ("mup", "depth_mup"):
+        from nas_stab.models.parametrization import apply
+
+        apply(model, spec, info, build)
+    return model
 
 
 # importing a module registers its architectures

@@ -88,7 +88,9 @@ class Tau(nn.Module):
 
 
 def kaiming_normal_(w: torch.Tensor, fan: int, gain: float = 2.0) -> torch.Tensor:
-    """N(0, gain / fan) in place."""
+    """N(0, gain / fan) in place. The fan and gain are recorded on the tensor (`_nas_fan`, `_nas_gain`): the
+    muP rescaling (`parametrization.py`) needs each tensor's SP init exactly."""
+    w._nas_fan, w._nas_gain = fan, gain
     with torch.no_grad():
         return w.normal_(0.0, math.sqrt(gain / fan))
 

@@ -95,7 +95,7 @@ class MLP(StableModel):
         self.blocks = build_stack([(1, cfg.width, 1)] * cfg.depth, in_dim, conv=False, norm=cfg.norm, path=path,
                                   bias=cfg.norm == "none" and not path, layer_skip=cfg.layer_skip)
         self.head = nn.Linear(cfg.width, classes)
-        nn.init.normal_(self.head.weight, 0.0, 1.0 / math.sqrt(cfg.width))
+        kaiming_normal_(self.head.weight, cfg.width, gain=1.0)  # N(0, 1/width)
         nn.init.zeros_(self.head.bias)
         self.dropout = cfg.dropout
 

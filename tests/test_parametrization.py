@@ -1,0 +1,145 @@
+"""`model.parametrization`: muP and Depth-muP checked against Microsoft's `mup` package (the same per-parameter
+learning rates as MuAdam / MuSGD after `set_base_shapes`, the same init scaling laws as `set_base_shapes` with a
+MuReadout) and against Tensor Programs V / VI's rules."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from nas_stab.config import loads_spec
+from nas_stab.data import DataInfo
+from nas_stab.models import build_model
+from nas_stab.training.optim import build_optimizer
+
+mup = pytest.importorskip("mup")
+
+SPEC = """\
+name: p
+task: {{dataset: {{name: mnist1d}}}}
+model: {{arch: {arch}, depth: {depth}, width: {width}, branches: {branches}, parametrization: {param}, base_width: 16, base_depth: 2}}
+train: {{optimizer: {opt}, lr: 1.0, weight_decay: 0.1}}
+"""
+INFO = DataInfo("mnist1d", (40,), 10)
+
+
+def build(width, param="mup", opt="adam", arch="mlp_resnet", depth=2, branches=1):
+    spec = loads_spec(SPEC.format(arch=arch, depth=depth, width=width, param=param, opt=opt, branches=branches))
+    torch.manual_seed(0)
+    return build_model(spec, INFO), spec
+
+
+def lrs_by_name(model, opt):
+    ids = {id(p): n for n, p in model.named_parameters()}
+    return {ids[id(p)]: (g["lr"], g["weight_decay"]) for g in opt.param_groups for p in g["params"]}
+
+
+@pytest.mark.parametrize("arch,branches", [("mlp_resnet", 1), ("mlp_resnet", 4), ("mlp", 1)])
+@pytest.mark.parametrize("opt", ["adam", "sgd"])
+def test_learning_rates_are_the_mup_packages(arch, branches, opt):
+    ours, spec = build(64, "mup", opt, arch=arch, branches=branches)
+    sp, _ = build(64, "sp", opt, arch=arch, branches=branches)
+    base, _ = build(16, "sp", opt, arch=arch, branches=branches)
+    mup.set_base_shapes(sp, base, rescale_params=False, do_assert=False)
+    ref = (mup.MuAdam if opt == "adam" else mup.MuSGD)(sp.parameters(), lr=1.0, weight_decay=0.1)
+    want = lrs_by_name(sp, ref)
+    got = lrs_by_name(ours, build_optimizer(ours, spec.train))
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name][0] == pytest.approx(want[name][0]), (name, got[name], want[name])
+        assert got[name][1] == pytest.approx(want[name][1]), (name, got[name], want[name])
+    # the rules themselves (TP-V Table 3): Adam's hidden lr 1/r, SGD's input and readout lr r, r = 64 / 16
+    hidden = "W.weight" if arch == "mlp_resnet" else "blocks.1.layer.weight"
+    if hidden in got:
+        assert got[hidden][0] == pytest.approx(0.25 if opt == "adam" else 1.0)
+
+
+class MupMLP(nn.Module):
+    """The mup package's reference: nn.Linear input and hidden layers, a MuReadout."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.inp, self.hid, self.out = nn.Linear(40, width, bias=False), nn.Linear(width, width, bias=False), mup.MuReadout(width, 10, bias=False)
+
+
+def test_init_scaling_laws_are_the_mup_packages():
+    """Std of each kind of weight at width 1024 over width 16 (averaged over seeds: the readout of width 16 has
+    only 160 entries), for the mup package's reference MLP and for nas_stab's mlp_resnet under muP."""
+    small, large, seeds = 16, 1024, 12
+
+    def ref(w, seed):
+        torch.manual_seed(seed)
+        m = MupMLP(w)
+        mup.set_base_shapes(m, MupMLP(small))
+        return {"input": m.inp.weight.std().item(), "hidden": m.hid.weight.std().item(),
+                "readout": m.out.weight.std().item(), "mult": 1.0 / m.out.width_mult()}
+
+    def ours(w, seed):
+        spec = loads_spec(SPEC.format(arch="mlp_resnet", depth=2, width=w, param="mup", opt="adam", branches=1))
+        torch.manual_seed(seed)
+        m = build_model(spec, INFO)
+        return {"input": m.A.weight.std().item(), "hidden": m.W.weight.std().item(), "readout": m.B.weight.std().item(),
+                "mult": m.B._nas_output_mult}
+
+    def mean(f, w):
+        runs = [f(w, s) for s in range(seeds)]
+        return {k: sum(r[k] for r in runs) / seeds for k in runs[0]}
+
+    r_small, r_large, o_small, o_large = mean(ref, small), mean(ref, large), mean(ours, small), mean(ours, large)
+    for k in ("input", "hidden", "readout", "mult"):
+        law_ref, law_ours = r_large[k] / r_small[k], o_large[k] / o_small[k]
+        assert law_ours == pytest.approx(law_ref, rel=0.05), (k, law_ours, law_ref)
+    # TP-V Table 3: input and readout weights constant in width, hidden std 1/sqrt(fan_in), output multiplier 1/r
+    assert o_large["hidden"] / o_small["hidden"] == pytest.approx(math.sqrt(small / large), rel=0.05)
+    assert o_large["input"] / o_small["input"] == pytest.approx(1.0, rel=0.05)
+    assert o_large["mult"] == pytest.approx(small / large)
+
+
+def test_sp_is_untouched_and_mup_equals_sp_at_the_base_width():
+    sp, _ = build(16, "sp")
+    mu, _ = build(16, "mup")
+    for (n, a), (_, b) in zip(sp.named_parameters(), mu.named_parameters()):
+        assert torch.equal(a, b), n
+    x = torch.randn(8, 40)
+    assert torch.allclose(sp(x), mu(x))
+
+
+def test_readout_zero_init_and_the_output_multiplier():
+    spec = loads_spec(SPEC.format(arch="mlp_resnet", depth=2, width=64, param="mup", opt="adam", branches=1).replace(
+        "base_depth: 2}", "base_depth: 2, readout_zero_init: true}"))
+    m = build_model(spec, INFO)
+    assert m.B.weight.abs().sum() == 0 and m(torch.randn(4, 40)).abs().sum() == 0
+    mu, _ = build(64, "mup")
+    seen = {}
+    mu.B.register_forward_hook(lambda mod, args, out: seen.setdefault("in", args[0]))
+    mu.W.register_forward_hook(lambda mod, args, out: seen.setdefault("h", out))
+    mu(torch.randn(4, 40))
+    assert torch.allclose(seen["in"], torch.relu(seen["h"]) * 0.25)  # the readout reads its input / r
+
+
+def test_depth_mup_scales_the_branches_and_adams_block_lrs():
+    for opt, lr_block in (("adam", 0.25 * math.sqrt(2 / 8)), ("sgd", 1.0)):
+        m, spec = build(64, "depth_mup", opt, depth=8)
+        assert float(m.tau.value) == pytest.approx(math.sqrt(2 / 8))  # tau 1 x sqrt(L0 / L)
+        lrs = lrs_by_name(m, build_optimizer(m, spec.train))
+        assert lrs["blocks.3.branch.layers.0.weight"][0] == pytest.approx(lr_block)
+        assert lrs["W.weight"][0] == pytest.approx(0.25 if opt == "adam" else 1.0)  # outside the blocks: muP only
+
+
+def test_unsupported_architectures_are_refused_at_validation():
+    from nas_stab.errors import SpecError
+
+    with pytest.raises(SpecError, match="parametrization.*not yet for 'resnet'"):
+        loads_spec("name: r\ntask: {dataset: {name: digits}}\nmodel: {arch: resnet, depth: 8, parametrization: mup}\n")
+
+
+def test_a_searched_width_needs_a_base_width():
+    from nas_stab.errors import SpecError
+
+    text = ("name: w\ntask: {dataset: {name: mnist1d}}\nmodel: {arch: mlp_resnet, parametrization: mup}\n"
+            "space: {model.width: [32, 64]}\n")
+    with pytest.raises(SpecError, match="base_width"):
+        loads_spec(text)
+    loads_spec(text.replace("parametrization: mup}", "parametrization: mup, base_width: 32}"))
