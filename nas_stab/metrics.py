@@ -18,7 +18,7 @@ TASK_METRICS = {
 STABILITY_METRICS = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_ratio", "grad_norm", "branch_grad_norm",
                      "grad_ratio", "update_ratio", "update_norm", "loss_drop", "sharpness", "eos_ratio", "lr_sharpness",
                      "attn_logit_max", "output_logit_rms")
-TRANSFORMER_ONLY = ("enc_fwd_ratio", "dec_fwd_ratio", "attn_logit_max", "output_logit_rms")
+TRANSFORMER_ONLY = ("enc_fwd_ratio", "dec_fwd_ratio", "attn_logit_max")
 # Further values of a stability snapshot that `nas-stab probe` records beside the metrics above.
 PROBE_EXTRA = ("probe_loss", "sharpness_iters", "sharpness_converged")
 

@@ -63,7 +63,7 @@ def test_probe_writes_table_and_plots_and_nothing_else(tmp_path, capsys):
     assert "## Slopes against model.branches" in md
     assert md in capsys.readouterr().out  # printed too
     plots = sorted(p.name for p in (run_dir / "plots").iterdir())
-    assert plots == ["probe_final_metrics.png", "probe_fwd_norm.png", "probe_init_metrics.png"]
+    assert plots == ["probe_coord.png", "probe_final_metrics.png", "probe_fwd_norm.png", "probe_init_metrics.png"]
     for p in (run_dir / "plots").iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(x.name for x in run_dir.iterdir()) == sorted(

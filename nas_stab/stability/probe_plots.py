@@ -34,7 +34,57 @@ def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Pat
         p = _coordinate_check(ok, prefix, size_key, compare, others, plots_dir / f"probe_{prefix}metrics.png", steps)
         if p:
             written.append(p)
+    p = _coord_layers(ok, size_key, compare + others, prefixes, steps, plots_dir / "probe_coord.png")
+    if p:
+        written.append(p)
     return written
+
+
+def _coord_layers(rows, size_key, line_keys: list[str], prefixes: list[str], steps: int, path: Path) -> Path | None:
+    """muP's coordinate check (Tensor Programs V, Figure 5): per row label and per snapshot (init, after K steps)
+    one panel of every layer's activation RMS (each block's stream, `fwd_norm.<i>`, and the output logits)
+    against the size axis, one line per layer. Flat lines: the activations keep their size as the model
+    widens; under SP after a few Adam steps they grow with width."""
+    if size_key is None:
+        return None
+    sizes = [r.get(size_key) for r in rows]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in sizes) or len(set(sizes)) < 2:
+        return None
+    labels = sorted({tuple(r.get(k) for k in line_keys if k != size_key) for r in rows},
+                    key=lambda t: tuple(_sort_key(v) for v in t))
+    keys = [k for k in line_keys if k != size_key]
+    n_blocks = max(int(r.get("blocks") or 0) for r in rows)
+    layers = [f"fwd_norm.{i}" for i in range(n_blocks)] + ["output_logit_rms"]
+    colors = _colors(layers)
+    fig, axes = _figure(len(labels) * len(prefixes), w=3.8, h=3.0, cols=len(prefixes))
+    for li, lab in enumerate(labels):
+        rs = sorted((r for r in rows if tuple(r.get(k) for k in keys) == lab), key=lambda r: r[size_key])
+        for pi, prefix in enumerate(prefixes):
+            ax = axes[li * len(prefixes) + pi]
+            seen = []
+            for layer in layers:
+                pts = [(r[size_key], float(r[prefix + layer])) for r in rs
+                       if isinstance(r.get(prefix + layer), (int, float)) and math.isfinite(r[prefix + layer])]
+                if len(pts) < 2:
+                    continue
+                name = "logits" if layer == "output_logit_rms" else f"block {int(layer.split('.')[1]) + 1}"
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, lw=1.3, color=colors[layer], label=name)
+                seen += [p[1] for p in pts]
+            if seen and all(v > 0 for v in seen):
+                _log_y(ax, seen)
+            ax.set_xscale("log", base=2)
+            xs = sorted(set(r[size_key] for r in rs))
+            ax.set_xticks(xs)
+            ax.set_xticklabels([fmt(x) for x in xs])
+            when = "init" if prefix == "init_" else f"after {steps} step(s)"
+            ax.set_title(f"{_label(dict(zip(keys, lab)), keys)}: {when}", fontsize=9)
+            ax.set_xlabel(size_key, fontsize=8)
+            ax.set_ylabel("activation RMS", fontsize=8)
+            ax.grid(alpha=0.3)
+            if len(layers) <= 12:
+                ax.legend(fontsize=6, loc="best")
+    fig.suptitle(f"coordinate check: every layer's activation RMS against {size_key}", fontsize=10)
+    return _save(fig, path)
 
 
 def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, steps: int) -> Path | None:

@@ -226,8 +226,9 @@ class Prober:
             out["fwd_ratio"] = max(pair) if pair else math.nan
             out["attn_logit_max"] = cap.logit_max
             self._flag("attention logit", cap.logit_max)
-            out["output_logit_rms"] = float(rms_t(before))
-            self._flag("model output", out["output_logit_rms"])
+        # the RMS of the model's output (logits): the muP coordinate check's last layer, every model
+        out["output_logit_rms"] = float(rms_t(before))
+        self._flag("model output", out["output_logit_rms"])
         ratios = [_ratio(b, x) for b, x in zip(cap.branch_rms, cap.in_rms) if not math.isnan(b)]
         ratios = [r for r in ratios if not math.isnan(r)]
         out["branch_ratio"] = math.fsum(ratios) / len(ratios) if ratios else math.nan
