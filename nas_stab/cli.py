@@ -331,19 +331,15 @@ def cmd_list(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
-    import shutil
-
     from nas_stab.results.rundir import RunDir
-    from nas_stab.results.tensorboard import TB_DIR, write_rows
-    from nas_stab.config import load_run_spec
+    from nas_stab.results.tensorboard import rebuild
 
-    spec = load_run_spec(args.run_dir)
-    rows = RunDir(Path(args.run_dir)).read_trials()
-    root = Path(args.run_dir) / TB_DIR
-    if root.exists():
-        shutil.rmtree(root)
-    write_rows(Path(args.run_dir), rows, list(spec.space.keys), spec.task.kind)
-    print(f"{len(rows)} runs: tensorboard --logdir {root}")
+    from nas_stab.results.reader import read_run
+
+    run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
+    with RunDir.lock(run.path):  # no driver writes it meanwhile
+        n, root = rebuild(run.path, list(run.spec.space.keys), run.spec.task.kind)
+    print(f"{n} runs: tensorboard --logdir {root}")
     return 0
 
 

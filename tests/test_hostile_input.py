@@ -234,3 +234,80 @@ def test_spec_file_that_never_ends_is_refused_at_once(tmp_path, what):
         os.mkfifo(path)
     p = subprocess.run([sys.executable, "-m", "nas_stab.cli", "validate", path], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "not a regular file" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+# ---------------------------------------------------------------- issue 35: reliability round 3
+
+import csv  # noqa: E402
+
+NO_SPACE = TINY.split("space:")[0]  # one run: its TensorBoard directory is named by its run id alone
+
+
+def _rows(d: Path) -> list[dict]:
+    with open(d / "trials.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write_rows(d: Path, rows: list[dict]) -> None:
+    with open(d / "trials.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "../../x", "t1-s0/../..", "", "t00000-s0x"])
+def test_tensorboard_refuses_a_run_id_that_is_not_one_and_removes_nothing(tmp_path, capsys, run_id):
+    code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
+    assert code == 0, err
+    d = out / "tiny"
+    rows = _rows(d)
+    rows.append(dict(rows[0], trial="1", key="k-evil", run_id=run_id))  # tensorboard/.. is the run directory
+    _write_rows(d, rows)
+    before = sorted(p.relative_to(d) for p in d.rglob("*") if "tensorboard" not in p.parts)
+    code = main(["tensorboard", str(d)])
+    line = _one_line(capsys.readouterr().err)
+    assert code == 2 and "trials.csv: line 3: run_id" in line, line
+    assert sorted(p.relative_to(d) for p in d.rglob("*") if "tensorboard" not in p.parts) == before  # nothing lost
+    assert (d / "tensorboard").is_dir()
+
+
+def test_tensorboard_removes_only_directories_it_wrote(tmp_path, capsys):
+    code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
+    assert code == 0, err
+    d = out / "tiny"
+    tb = d / "tensorboard"
+    mine = tb / "notes"  # a user's directory next to the logs stays
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x")
+    sub = next(p for p in tb.iterdir() if p.name.startswith("t00000-s0"))
+    (sub / "keep.txt").write_text("x")  # a log directory holding something else is refused, not emptied
+    assert main(["tensorboard", str(d)]) == 2
+    assert "nothing was removed" in _one_line(capsys.readouterr().err)
+    assert (mine / "keep.txt").exists() and (sub / "keep.txt").exists()
+    (sub / "keep.txt").unlink()
+    assert main(["tensorboard", str(d)]) == 0
+    capsys.readouterr()
+    assert (mine / "keep.txt").exists() and len(list(tb.iterdir())) == 2
+    # tensorboard/ as a symlink to a directory outside the run: refused, the target untouched
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "t00000-s0").mkdir()
+    import shutil
+
+    shutil.rmtree(tb)
+    tb.symlink_to(elsewhere)
+    assert main(["tensorboard", str(d)]) == 2
+    assert "not a directory of the run" in _one_line(capsys.readouterr().err)
+    assert [p.name for p in elsewhere.iterdir()] == ["t00000-s0"] and not list((elsewhere / "t00000-s0").iterdir())
+
+
+def test_tensorboard_rebuild_takes_the_run_directory_lock(tmp_path, capsys):
+    from nas_stab.results.rundir import RunDir
+
+    code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
+    assert code == 0, err
+    d = out / "tiny"
+    with RunDir.open(out, __import__("nas_stab.config", fromlist=["loads_spec"]).loads_spec(NO_SPACE)):
+        assert main(["tensorboard", str(d)]) == 2
+        assert "in use by another nas-stab process" in _one_line(capsys.readouterr().err)
+    assert main(["tensorboard", str(d)]) == 0

@@ -250,6 +250,21 @@ class RunDir:
 
         return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
 
+    @classmethod
+    @contextlib.contextmanager
+    def lock(cls, path: Path):
+        """Hold an existing run directory's lock for a command that rewrites part of it (`nas-stab
+        tensorboard`): a driver running there makes it refuse, and no driver starts meanwhile."""
+        rd = cls(Path(path))
+        try:
+            rd._acquire()
+        except OSError as e:
+            raise RunError(f"cannot lock {rd.path / 'log.txt'}: {e.strerror or e}") from None
+        try:
+            yield rd
+        finally:
+            rd._release()
+
     def _acquire(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         f = open(self.path / "log.txt", "a", encoding="utf-8")
