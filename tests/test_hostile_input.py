@@ -311,3 +311,53 @@ def test_tensorboard_rebuild_takes_the_run_directory_lock(tmp_path, capsys):
         assert main(["tensorboard", str(d)]) == 2
         assert "in use by another nas-stab process" in _one_line(capsys.readouterr().err)
     assert main(["tensorboard", str(d)]) == 0
+
+
+def _lb_run(tmp_path) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "data"))
+    from lb_fixtures import grid_rows, make_run, spec_dict
+
+    t = {(lab, s, lr): [0.9 - abs(lr - 0.2) - 0.01 * k for k in range(3)]
+         for lab in ("sum", "stam") for s in (1, 2, 4) for lr in (0.1, 0.2, 0.4)}
+    return make_run(tmp_path, grid_rows(t), spec=spec_dict("recs", seeds=[0, 1, 2]))
+
+
+@pytest.mark.parametrize("damage, where", [
+    ("status=weird", "line 2: status: 'weird' is not one of"),
+    ("status@3=", "line 5: status: an empty cell is not one of"),
+    ("objective@2=abc", "line 4: objective: 'abc' is not a number"),
+    ("val_acc@5=high", "line 7: val_acc: 'high' is not a number"),
+    ("train.lr@4=fast", "line 6: train.lr: 'fast' is not a number"),
+    ("model.branches@1=two", "line 3: model.branches: 'two' is not a number"),
+    ("seed@2=1.5", "line 4: seed: 1.5 is not a whole number"),
+    ("seed@2=", "line 4: seed: an empty cell is not a whole number"),
+    ("-train.lr", "no column 'train.lr'"),
+    ("-model.branches", "no column 'model.branches'"),
+    ("-status", "no column 'status'"),
+    ("-seed", "no column 'seed'"),
+])
+def test_malformed_records_are_refused_with_file_line_and_column(tmp_path, capsys, damage, where):
+    import pandas as pd
+
+    d = _lb_run(tmp_path)
+    assert main(["leaderboard", str(d)]) == 0
+    capsys.readouterr()
+    t = pd.read_csv(d / "trials.csv", dtype=str, keep_default_na=False)
+    if damage.startswith("-"):
+        t = t.drop(columns=[damage[1:]])
+    else:
+        col, value = damage.split("=")
+        col, _, row = col.partition("@")
+        if row:
+            t.loc[int(row), col] = value
+        else:
+            t[col] = value
+    t.to_csv(d / "trials.csv", index=False)
+    for p in d.glob("leaderboard*"):
+        p.unlink()
+    assert main(["leaderboard", str(d)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{d / 'trials.csv'}: {where}" in line, line
+    assert not (d / "leaderboard.md").exists()

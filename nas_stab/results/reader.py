@@ -105,6 +105,7 @@ class Run:
             raise RunError(f"{tpath}: cannot read ({e.strerror})") from None
         if trials.empty:
             raise RunError(f"{tpath}: has a header but no trials")
+        check_trials(trials, self.spec, tpath)
         return trials
 
     def rows(self, log: Callable[[str], None] | None = None) -> list[dict[str, str]]:
@@ -114,6 +115,48 @@ class Run:
     def history(self, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":
         """One trained run's step history (see `history_frame`)."""
         return history_frame(self.path / HISTORY, run_id, nrows=nrows)
+
+
+def check_trials(trials: "pd.DataFrame", spec: "Spec", tpath: Path) -> None:
+    """trials.csv as the driver writes it, or an error naming the file, the line and the column: the
+    columns `seed`, `status` and the searched learning rate and size axis (leaderboard.lr, leaderboard.transfer) present, each status a known one, seeds whole
+    numbers, and numbers where numbers belong (the objective, every metric, numeric searched keys).
+    A table built from anything else would give a confident verdict about data that means nothing.
+
+    Raises:
+        RunError: the first problem met, ``<file>: line <n>: <column>: ...`` (line 1 is the header).
+    """
+    import pandas as pd
+
+    lb = spec.leaderboard
+    need = ["seed", "status", *[k for k in (lb.lr, lb.transfer) if k and spec.space.get(k) is not None]]
+    missing = [c for c in need if c not in trials.columns]
+    if missing:
+        raise RunError(f"{tpath}: no column {missing[0]!r} (every run records its seed, status and searched keys)")
+
+    def line(mask) -> int:
+        return int(mask.to_numpy().nonzero()[0][0]) + 2
+
+    def cell(v) -> str:
+        return "an empty cell" if pd.isna(v) else repr(v.item() if hasattr(v, "item") else v)
+
+    status = trials["status"]
+    bad = ~status.isin(metrics.STATUSES)
+    if bad.any():
+        raise RunError(f"{tpath}: line {line(bad)}: status: {cell(status[bad].iloc[0])} is not one of "
+                       f"{', '.join(metrics.STATUSES)}")
+    numeric = ["seed", "objective", *[c for c in trials.columns if c in metrics.OBJECTIVES]]
+    numeric += [d.key for d in spec.space if not d.discrete or d.kind == "int"
+                or all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in d.values)]
+    for col in dict.fromkeys(c for c in numeric if c in trials.columns):
+        cells = trials[col]
+        num = pd.to_numeric(cells, errors="coerce")
+        bad = num.isna() & cells.notna() & (cells.astype(str).str.strip() != "")
+        if col == "seed":
+            bad |= cells.isna() | (num.notna() & (num % 1 != 0))
+        if bad.any():
+            what = "a whole number" if col == "seed" else "a number"
+            raise RunError(f"{tpath}: line {line(bad)}: {col}: {cell(cells[bad].iloc[0])} is not {what}")
 
 
 def read_run(run_dir: str | Path) -> Run:
