@@ -361,3 +361,46 @@ def test_malformed_records_are_refused_with_file_line_and_column(tmp_path, capsy
     line = _one_line(capsys.readouterr().err)
     assert f"{d / 'trials.csv'}: {where}" in line, line
     assert not (d / "leaderboard.md").exists()
+
+
+@pytest.mark.parametrize("flags, flag, says", [
+    (["--transfer", "train.lr"], "--transfer", "is the learning rate"),
+    (["--compare", "train.lr"], "--compare", "is the learning rate"),
+    (["--compare", "model.aggregation,model.branches"], "--compare", "is the size axis"),
+    (["--lr", "model.branches"], "--lr", "is not a learning rate"),
+    (["--transfer", "model.width"], "--transfer", "is not searched"),
+    (["--tolerance", "inf"], "--tolerance", "finite"),
+    (["--tolerance", "nan"], "--tolerance", ""),
+    (["--reference", "999"], "--reference", "not a searched size of model.branches"),
+    (["--reference", "abc"], "--reference", "not a searched size"),
+    (["--reference", "nan"], "--reference", "not a searched size"),
+])
+def test_leaderboard_flags_pass_the_spec_rules(tmp_path, capsys, flags, flag, says):
+    d = _lb_run(tmp_path)
+    assert main(["leaderboard", str(d), *flags]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {flag}: ") and says in line, line
+    assert not (d / "leaderboard.md").exists()
+
+
+def test_leaderboard_flags_that_are_fine_still_work(tmp_path, capsys):
+    d = _lb_run(tmp_path)
+    for flags in (["--reference", "2"], ["--reference", "2.0"], ["--tolerance", "0.5"], ["--compare", "model.aggregation"],
+                  ["--transfer", "model.aggregation", "--compare", "model.branches"]):
+        assert main(["leaderboard", str(d), *flags]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("reference: 999", "leaderboard.reference: 999 is not a searched size of model.branches"),
+    ("reference: abc", "leaderboard.reference: 'abc' is not a searched size"),
+    ("reference: .nan", "leaderboard.reference: nan is not a searched size"),
+    ("tolerance_octaves: .inf", "leaderboard.tolerance_octaves: must be a finite number"),
+    ("transfer: train.lr", "leaderboard.transfer: 'train.lr' is the learning rate"),
+    ("compare: [train.lr]", "leaderboard.compare.0: 'train.lr' is the learning rate"),
+    ("lr: model.branches", "leaderboard.lr: 'model.branches' is not a learning rate"),
+])
+def test_validate_checks_the_leaderboard_against_the_searched_sizes(tmp_path, capsys, setting, says):
+    lb = setting if setting.startswith("transfer") else f"transfer: model.branches, {setting}"
+    text = TINY.replace("train.lr: [0.01, 0.05]", "train.lr: [0.01, 0.02, 0.05]") + f"leaderboard: {{{lb}}}\n"
+    code, err = _validate(tmp_path, capsys, text)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

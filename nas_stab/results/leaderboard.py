@@ -219,6 +219,7 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
     runs = [_read(d) for d in unique.values()]
     if not runs:
         raise RunError("no run directory given")
+    _check_flags(runs, overrides)
     cfg = _settings(runs[0].spec, overrides)
     _check_axes(cfg, runs)
     keys = [cfg["lr"], cfg["transfer"], *cfg["compare"]]
@@ -338,6 +339,59 @@ def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
             for job in src.jobs(i, lr, k):
                 by_key[job.key] = BRACKET_END_TEXT.get(end.end, end.end)
     return [by_key.get(k, "") if k is not None else "" for k in keys]
+
+
+FLAGS = {"lr": "--lr", "transfer": "--transfer", "compare": "--compare", "metric": "--metric",
+         "reference": "--reference", "tolerance_octaves": "--tolerance"}
+
+
+class _Unchanged(SpecError):
+    """A rule the stored settings break, not the flags (a run made before the rule): not reported."""
+
+
+class _FlagCtx:
+    """Names a broken rule of ``leaderboard:`` by the flag that set the value (`config.rules`' Ctx)."""
+
+    def __init__(self, changed: Iterable[str]):
+        self.changed = set(changed)
+
+    def error(self, path: tuple, message: str) -> SpecError:
+        field = path[1] if len(path) > 1 and path[0] == "leaderboard" else None
+        return SpecError(message, key=FLAGS[field]) if field in self.changed else _Unchanged(message)
+
+
+def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> None:
+    """The values of `nas-stab leaderboard`'s flags pass the rules the same values pass in an experiment
+    file (config/rules.py `check_leaderboard`), checked against the first run's spec; with several runs
+    the reference is one of the sizes their trials hold.
+
+    Raises:
+        SpecError: naming the flag (exit 2, one line).
+    """
+    import dataclasses
+
+    from nas_stab.config.rules import check_leaderboard
+
+    over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
+    if not over:
+        return
+    if "compare" in over:
+        c = over["compare"]
+        over["compare"] = tuple(x.strip() for x in c.split(",") if x.strip()) if isinstance(c, str) else tuple(c)
+    spec = runs[0].spec
+    spec = dataclasses.replace(spec, leaderboard=dataclasses.replace(spec.leaderboard, **over))
+    try:
+        check_leaderboard(spec, _FlagCtx(over), axes=len(runs) == 1)
+    except _Unchanged:
+        pass  # the stored settings predate a rule; what the flags set was checked up to there
+    ref, key = spec.leaderboard.reference, spec.leaderboard.transfer
+    if len(runs) > 1 and "reference" in over and key:
+        from nas_stab.config.rules import same_value
+
+        sizes = {v for r in runs for v in (r.trials[key].dropna().tolist() if key in r.trials.columns else [r.stored(key)])}
+        if not any(same_value(ref, v) for v in sizes):
+            raise SpecError(f"{ref!r} is not a size of {key} in these runs: {', '.join(map(str, sorted(sizes, key=str)))}",
+                            key="--reference")
 
 
 def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:
