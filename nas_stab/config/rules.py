@@ -16,6 +16,10 @@ from nas_stab.textfmt import did_you_mean
 from nas_stab.config.knobs import parse_aggregation, parse_tau
 
 GRID_CHECK_LIMIT = 20_000
+# search.bracket's step and resolution at least this (octaves): finer points are indistinguishable from their
+# neighbours in seed noise, a sweep of them grows to its point cap, and below the bracket's own tolerance
+# (search/bracket.py _TOL, 1e-3) a new lr is one already tried
+BRACKET_MIN_OCTAVES = 0.05
 
 
 def check_config(spec, ctx: Ctx) -> None:
@@ -234,6 +238,11 @@ def _check_bracket(spec, ctx: Ctx) -> None:
             raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: bracket "
                             f"(the sampler is {s.sampler})")
         return
+    for name in ("step_octaves", "resolution_octaves"):
+        v = getattr(b, name)
+        if v < BRACKET_MIN_OCTAVES:
+            raise ctx.error(("search", "bracket", name), f"must be >= {BRACKET_MIN_OCTAVES:g} octaves, got {v:g}: learning "
+                            "rates closer than that cannot be told apart, and a sweep of them grows to its point cap")
     if b.resolution_octaves > b.step_octaves:
         raise ctx.error(("search", "bracket", "resolution_octaves"), f"must be <= step_octaves ({b.step_octaves:g}), "
                         f"got {b.resolution_octaves:g}: the resolution refines what the steps bracketed")
@@ -302,6 +311,9 @@ def _check_transfer(spec, ctx: Ctx) -> None:
         if not d.discrete or d.when:
             raise ctx.error(("space", key), f"{what} is the inner grid of search.transfer: give it listed values "
                             "(values, grid, log_grid or int) without a when: condition")
+        if key == lb.lr and t.inner == "bracket" and _n_values(d) < 2:
+            raise ctx.error(("space", key), f"inner: bracket starts each size's sweep at the learning rates of "
+                            f"space: give it 2 starts (e.g. [0.01, 0.02]), got {_n_values(d)}")
     outer = {d.key: d for d in spec.space if d.key not in (lb.transfer, lb.lr)}
     start = t.start if t.start is not None else []
     if not isinstance(start, list):
