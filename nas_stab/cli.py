@@ -50,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
         return 2
+    except Exception as e:
+        optuna = sys.modules.get("optuna")
+        if optuna is None or not isinstance(e, optuna.exceptions.StorageInternalError):
+            raise
+        # the study's database refused a write (a full disk under study.db, a lost connection): one line
+        why = " ".join(str(e.__cause__ or e).split("\n")[0].split())
+        print(f"error: the Optuna storage failed to record ({why}); nothing finished was lost, rerun the same command "
+              "to resume", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:

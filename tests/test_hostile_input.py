@@ -404,3 +404,100 @@ def test_validate_checks_the_leaderboard_against_the_searched_sizes(tmp_path, ca
     text = TINY.replace("train.lr: [0.01, 0.05]", "train.lr: [0.01, 0.02, 0.05]") + f"leaderboard: {{{lb}}}\n"
     code, err = _validate(tmp_path, capsys, text)
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_tensorboard_writer_failure_is_raised_not_printed_from_its_thread(tmp_path, capsys, monkeypatch):
+    """A full disk under tensorboard/: the writer's background thread printed its traceback; now the caller
+    gets the error (the driver logs it) and the half-written directory is gone."""
+    import errno
+
+    from tensorboard.summary.writer import record_writer
+
+    from nas_stab.results.tensorboard import write_run
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    import threading
+
+    printed = []  # what the thread's error would print (threading.excepthook: its traceback on stderr)
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full)
+    row = {"run_id": "t00000-s0", "seed": 0, "status": "complete", "train.lr": 0.1, "val_acc": 0.5, "steps": 2}
+    with pytest.raises(OSError):
+        write_run(tmp_path / "tb", row, [{"step": 0, "train_loss": 1.0}], ["train.lr"], "classification")
+    assert not printed and "Traceback" not in capsys.readouterr().err
+    assert not list((tmp_path / "tb").iterdir())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs (root only) and a function that fills it to the last block."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+
+    def fill():
+        with open(disk / "ballast", "ab", buffering=0) as f:
+            for chunk in (1 << 16, 1 << 12, 1 << 9, 1):
+                try:
+                    while True:
+                        f.write(b"x" * chunk)
+                except OSError:
+                    pass
+
+    try:
+        yield disk, fill
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.parametrize("when", ["records", "tensorboard"])
+def test_a_full_disk_is_one_line_and_leaves_no_trial_running(small_disk, tmp_path, capsys, monkeypatch, when):
+    """The disk fills up while a trial is recorded (study.db on the same disk): one line, exit 2, and the
+    trial is closed in the study (it stayed RUNNING until the next run; TensorBoard's thread printed a
+    traceback first)."""
+    import optuna
+
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.records import Records
+
+    disk, fill = small_disk
+    if when == "records":
+        real = Records.save
+        monkeypatch.setattr(Records, "save", lambda self, *a: (fill(), real(self, *a))[1])
+    else:
+        real = RunDir._tensorboard
+        monkeypatch.setattr(RunDir, "_tensorboard", lambda self, *a: (fill(), real(self, *a))[1])
+    code, err, out = _run(tmp_path, capsys, out=disk / "out")
+    assert code == 2 and "Traceback" not in err, err
+    _one_line(err)
+    (disk / "ballast").unlink()
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'tiny' / 'study.db'}")
+    assert study.trials and not [t.number for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
+    monkeypatch.undo()
+    code, err, _ = _run(tmp_path, capsys, out=disk / "out")  # and the same command resumes
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("ref", ["loop", "nul", "nul-only"])
+def test_extends_path_that_cannot_be_resolved_is_one_line(tmp_path, capsys, ref):
+    """A symlink loop (RuntimeError from Path.resolve) or a NUL byte (ValueError) in `extends:`."""
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    value = {"loop": "loop.yaml", "nul": '"base\\0.yaml"', "nul-only": '"\\0"'}[ref]
+    code, err = _validate(tmp_path, capsys, f"extends: {value}\nname: x\n")
+    assert code == 2 and "extends" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("space", ["[1, 2]", "abc", "3"])
+def test_set_a_dimension_when_space_is_not_a_mapping(tmp_path, capsys, space):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(NO_SPACE + f"space: {space}\n")
+    code = main(["validate", str(spec), "--no-timing", "--set", "space.train.lr=[0.1,0.2]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "space is not a mapping" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err

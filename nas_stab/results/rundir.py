@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import errno
 import fcntl
 import io
 import math
@@ -34,6 +35,8 @@ from nas_stab import __version__, metrics
 from nas_stab.errors import RunError
 from nas_stab.results.csvsafe import escape_cell
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
+RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
+RESERVE_BYTES = 128 * 1024
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
 FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "diverged_step", "diverged_why", "error", "run_id",
               "key", "optuna_trial"]
@@ -215,6 +218,7 @@ class RunDir:
             raise RunError(f"cannot create {path / 'history'}: {e.strerror or e}") from None
         rd.tensorboard = spec.logging.tensorboard
         rd.repair()
+        rd.reserve()
         return rd
 
     def _update_presentation(self, spec) -> None:
@@ -243,6 +247,38 @@ class RunDir:
         if stale:
             self.log(f"removed {len(stale)} partial file(s) left by an interrupted run: " + ", ".join(p.name for p in stale))
         return len(stale)
+
+    def reserve(self) -> bool:
+        """Hold RESERVE_BYTES of disk in `.reserve` while the driver runs (best effort; False when the disk
+        has not that much). On a full disk `release_reserve` gives them up so that the trials in flight can
+        still be told to the study (in study.db, on the same disk) instead of staying RUNNING."""
+        p = self.path / RESERVE
+        try:
+            if p.is_file() and not p.is_symlink() and p.stat().st_size >= RESERVE_BYTES:
+                return True
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)  # real blocks, not a sparse file
+                except OSError as e:
+                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    os.write(fd, b"\0" * RESERVE_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        except OSError:
+            self.release_reserve()
+            return False
+
+    def release_reserve(self) -> bool:
+        """Give the reserved disk back (the next `open` takes it again); whether there was one."""
+        try:
+            (self.path / RESERVE).unlink()
+            return True
+        except OSError:
+            return False
 
     @staticmethod
     def spec_plain(spec) -> dict:

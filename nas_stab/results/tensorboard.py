@@ -18,9 +18,11 @@ false` turns them off.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -73,6 +75,40 @@ def write_run(root: Path, row: dict, history: list[dict], searched: list[str], t
         raise RunError(f"{out}: outside {root}; TensorBoard logs are written only inside the run directory")
     if out.exists() or out.is_symlink():
         remove_log_dir(out)
+    try:
+        with _writer_errors_raised():
+            _write(out, row, history, searched, task_kind, SummaryWriter, hparams)
+    except BaseException:
+        if is_log_dir(out):  # made by this call, half written (a full disk): gone, `nas-stab tensorboard` retries
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out
+
+
+@contextlib.contextmanager
+def _writer_errors_raised():
+    """TensorBoard writes from a background thread; a failure there (a full disk) printed that thread's
+    traceback before the caller learnt of it. Here the thread's error is kept quiet and raised in the
+    caller when the writer closes (SummaryWriter.close() itself does not raise it)."""
+    caught: list[BaseException] = []
+    old = threading.excepthook
+
+    def hook(args):
+        if type(args.thread).__name__ == "_AsyncWriterThread":
+            caught.append(args.exc_value)
+        else:
+            old(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = old
+    if caught:
+        raise caught[0]
+
+
+def _write(out: Path, row: dict, history: list[dict], searched: list[str], task_kind: str, SummaryWriter, hparams) -> None:
     task_metrics = set(metrics.TASK_METRICS[task_kind])
     w = SummaryWriter(log_dir=str(out), max_queue=10_000, flush_secs=3600)
     try:
@@ -102,7 +138,6 @@ def write_run(root: Path, row: dict, history: list[dict], searched: list[str], t
             w.add_scalar(k, v, int(_num(row.get("steps")) or 0))
     finally:
         w.close()
-    return out
 
 
 def is_log_dir(path: Path) -> bool:

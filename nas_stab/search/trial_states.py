@@ -44,6 +44,9 @@ def open_study(spec, rd):
         study = create_study(spec, url)
     except Exception as e:  # a damaged study.db, a database that refuses us: one line, not a traceback
         msg = " ".join(str(e).split())[:300]
+        if "disk is full" in msg or "No space left" in msg:
+            raise RunError(f"cannot open the Optuna storage {url}: the disk is full ({msg[:120]}); free space and "
+                           "rerun the same command to resume") from None
         raise RunError(f"cannot open the Optuna storage {url}: {type(e).__name__}: {msg}; "
                        "move the run directory aside or rerun with --fresh") from None
     rows = {r["key"]: r for r in rd.read_trials()}
