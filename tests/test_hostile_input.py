@@ -501,3 +501,39 @@ def test_set_a_dimension_when_space_is_not_a_mapping(tmp_path, capsys, space):
     err = capsys.readouterr().err
     assert code == 2 and "space is not a mapping" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_leaderboard_refuses_a_plots_symlink(tmp_path, capsys):
+    d = _lb_run(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (d / "plots").symlink_to(outside)
+    assert main(["leaderboard", str(d), "--format", "md,html"]) == 2
+    assert "plots" in _one_line(capsys.readouterr().err)
+    assert not list(outside.iterdir())
+    (d / "plots").unlink()
+    (d / "plots").write_text("a file")
+    assert main(["leaderboard", str(d)]) == 2
+    capsys.readouterr()
+
+
+def test_leaderboard_removes_temporary_files_a_killed_leaderboard_left(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    d = _lb_run(tmp_path)
+    (d / "plots").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid no process has now
+    stale = [d / f".leaderboard.md.{dead.pid}.k2j4h5g6.tmp", d / "plots" / f".lr_transfer.png.{dead.pid}.ab_cd123.tmp"]
+    live = d / f".leaderboard.html.{os.getpid()}.zzzzzzzz.tmp"  # a leaderboard still writing
+    other = d / ".notes.tmp"
+    for p in stale + [live, other]:
+        p.write_text("partial")
+    assert main(["leaderboard", str(d)]) == 0
+    capsys.readouterr()
+    assert not any(p.exists() for p in stale) and live.exists() and other.exists()
+    # atomic writes name their process, so the next leaderboard can tell
+    from nas_stab.results import rundir
+
+    assert rundir._TMP.fullmatch(f".leaderboard.md.{os.getpid()}.abc_1234.tmp")

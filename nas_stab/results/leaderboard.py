@@ -33,7 +33,7 @@ from nas_stab import metrics
 from nas_stab.config.schema import LeaderboardConfig, Spec
 from nas_stab.textfmt import duration
 from nas_stab.errors import RunError, SpecError
-from nas_stab.results.rundir import atomic_write
+from nas_stab.results.rundir import atomic_write, remove_stale_tmp
 from nas_stab.results import formats as _formats
 from nas_stab.results.analysis import Analysis, analyze
 from nas_stab.results.values import fill_base, fmt_value
@@ -471,6 +471,11 @@ def build_leaderboard(
         if v is not None:
             command += f" --{k} {','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
     a, prov, runs = load_analysis(run_dirs, n_boot=n_boot, command=command, overrides=overrides)
+    plots_dir = out / "plots"
+    if plots and (plots_dir.is_symlink() or plots_dir.exists() and not plots_dir.is_dir()):
+        raise RunError(f"{plots_dir}: a symbolic link or a file; the leaderboard writes its figures only into a "
+                       "plots/ directory of its own: move it aside")
+    remove_stale_tmp([out, plots_dir])  # left by a killed leaderboard
     written: dict[str, Path] = {}
 
     pngs: dict[str, bytes] = {}

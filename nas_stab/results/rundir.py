@@ -24,6 +24,7 @@ import io
 import math
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -47,7 +48,7 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
     the usual permissions (0666 minus the umask), not mkstemp's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")  # pid: `remove_stale_tmp`
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
@@ -61,6 +62,36 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+_TMP = re.compile(r"\..+\.([0-9]+)\.[A-Za-z0-9_]+\.tmp")  # atomic_write's temporary files: .<name>.<pid>.<random>.tmp
+
+
+def remove_stale_tmp(dirs: Iterable[Path]) -> int:
+    """Remove the temporary files of `atomic_write`s whose process is gone (a killed `nas-stab
+    leaderboard`); those of a live process, and any other file, stay. Returns how many."""
+    n = 0
+    for d in dirs:
+        if not Path(d).is_dir() or Path(d).is_symlink():
+            continue
+        for p in Path(d).iterdir():
+            m = _TMP.fullmatch(p.name)
+            if m is None or not p.is_file() or p.is_symlink() or _alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                p.unlink()
+                n += 1
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or not a pid): left alone
+    return True
 
 
 def _fsync_dir(d: Path) -> None:
