@@ -153,10 +153,17 @@ class Driver:
 
     def __init__(self, spec, rd, *, trials: int | None = None, source: JobSource | None = None,
                  progress_stream=None, live: bool | None = None):
+        self.spec, self.rd = spec, rd
+        self.study, rows, self.study_lock = trial_states.open_study(spec, rd)
+        try:
+            self._start(spec, rd, rows, trials, source, progress_stream, live)
+        except BaseException:
+            self._release_study()
+            raise
+
+    def _start(self, spec, rd, rows, trials, source, progress_stream, live) -> None:
         from nas_stab.search.progress import Progress
 
-        self.spec, self.rd = spec, rd
-        self.study, rows = trial_states.open_study(spec, rd)
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
         self.offset = plan.steps_hint(spec)  # step offset between the seeds of a trial in Optuna's intermediate values
@@ -346,9 +353,18 @@ class Driver:
         return n
 
     def close(self) -> dict[str, int]:
-        """The end of the search: the display closed, trials.csv in (trial, seed) order; counts by status."""
-        self.progress.close()
-        return self.records.close()
+        """The end of the search: the display closed, trials.csv in (trial, seed) order, the study freed
+        for another driver; counts by status."""
+        try:
+            self.progress.close()
+            return self.records.close()
+        finally:
+            self._release_study()
+
+    def _release_study(self) -> None:
+        if self.study_lock is not None:
+            self.study_lock.release()
+            self.study_lock = None
 
     # ------------------------------------------------------------------ executors
 
