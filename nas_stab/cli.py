@@ -220,7 +220,7 @@ def _run(args, setup_done) -> int:
     if spec.runner.kind == "ray" and spec.runner.address:
         from nas_stab.search.ray_runner import check_reachable
 
-        check_reachable(spec.runner.address)  # before the run directory is written
+        check_reachable(spec.runner.address, spec.runner.connect_timeout_s)  # before the run directory is written
     # runs trained in this process (local runner, one at a time) use the data the check loads;
     # worker processes (Ray, local concurrency > 1) load their own
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1

@@ -537,3 +537,57 @@ def test_leaderboard_removes_temporary_files_a_killed_leaderboard_left(tmp_path,
     from nas_stab.results import rundir
 
     assert rundir._TMP.fullmatch(f".leaderboard.md.{os.getpid()}.abc_1234.tmp")
+
+
+@pytest.fixture
+def silent_port():
+    """A port on 127.0.0.1 that accepts TCP connections and never answers (or answers `reply`)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    conns, reply = [], []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            if reply:
+                c.sendall(reply[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield srv.getsockname()[1], reply
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+
+
+@pytest.mark.parametrize("scheme, answer", [("", None), ("ray://", None), ("", b"HTTP/1.1 400 Bad Request\r\n\r\n")])
+def test_ray_address_that_is_not_ray_fails_within_the_deadline(tmp_path, capsys, silent_port, scheme, answer):
+    """Issue 35: a port that accepts TCP but is not Ray hung (killed after 150 s, ray:// 47 s)."""
+    import time
+
+    port, reply = silent_port
+    if answer:
+        reply.append(answer)
+    t0 = time.perf_counter()
+    code, err, out = _run(tmp_path, capsys, "--runner", "ray", "--address", f"{scheme}127.0.0.1:{port}",
+                          "--set", "runner.connect_timeout_s=2")
+    line = _one_line(err)
+    assert code == 2 and "runner.address" in line and ("not as a gRPC server" if answer else "did not answer") in line, line
+    assert time.perf_counter() - t0 < 20 and not out.exists()
+
+
+def test_ray_connect_timeout_is_a_setting_with_a_default():
+    from nas_stab.config import loads_spec
+
+    assert loads_spec(TINY).runner.connect_timeout_s == 60
+    with pytest.raises(Exception, match="connect_timeout_s"):
+        loads_spec(TINY, overrides=["runner.connect_timeout_s=0"])

@@ -136,20 +136,52 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
             raise Interrupted("Ray Tune stopped before every trial finished")
 
 
-def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """RunError unless something listens at a HOST:PORT or ray://HOST:PORT address ('auto' is Ray's to find)."""
+def check_reachable(address: str, timeout: float = 60.0) -> None:
+    """RunError unless Ray answers at a HOST:PORT or ray://HOST:PORT address within `timeout` seconds
+    (runner.connect_timeout_s; 'auto' is Ray's to find).
+
+    Something must accept the TCP connection and answer an HTTP/2 connection preface with its SETTINGS
+    frame, as the gRPC servers behind both addresses (Ray's GCS, the Ray Client server) do at once.
+    `ray.init` itself has no deadline: against a port that accepts and never answers it retried the GCS
+    connection for minutes, in native code no signal interrupts. With RAY_USE_TLS the connection is TLS
+    and only the TCP connection is checked.
+    """
     import socket
 
     hostport = address[len("ray://"):] if is_client_address(address) else address
     if address == "auto" or ":" not in hostport:
         return
     host, _, port = hostport.rpartition(":")
+    end = time.monotonic() + timeout
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except (OSError, ValueError) as e:
         raise RunError(f"runner.address {address!r}: nothing answers there ({getattr(e, 'strerror', None) or e}); "
                        "is the Ray head running and reachable from here?") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        sock.close()
+        return
+    got = b""
+    try:
+        with sock:
+            sock.sendall(_H2_PREFACE)
+            while len(got) < 9:
+                sock.settimeout(max(0.01, end - time.monotonic()))
+                chunk = sock.recv(9 - len(got))
+                if not chunk:
+                    break
+                got += chunk
+    except OSError:  # socket.timeout included
+        pass
+    if len(got) < 9 or got[3] != 0x04:  # the frame header of a SETTINGS frame: type 4
+        what = "did not answer" if not got else "answered, but not as a gRPC server"
+        raise RunError(f"runner.address {address!r}: something accepts connections there but {what} within "
+                       f"{timeout:g} s (runner.connect_timeout_s): it is not a Ray "
+                       f"{'Client server' if is_client_address(address) else 'head (GCS)'}; check the port")
+
+
+# an HTTP/2 client's connection preface and an empty SETTINGS frame: a gRPC server answers with its SETTINGS
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 def is_client_address(address: str | None) -> bool:
