@@ -68,7 +68,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from nas_stab.search import _ray_compat
-        from nas_stab.search.ray_bridge import OptunaBridge
+        from nas_stab.search.ray_bridge import START_RETRIES, OptunaBridge
         from nas_stab.search.ray_trial import Board, trial_main
 
         r = spec.runner
@@ -82,7 +82,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         )
         bridge = OptunaBridge(spec, driver, board=board, log=rd.log,
                               trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every})
-        n_trials = driver.planned  # None: as many as the job source gives
+        n_trials = driver.planned  # None: as many as the job source gives (Tune's count: the bridge says when it is done)
         fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
         fn = tune.with_resources(fn, {k: v for k, v in res.items() if v})
         name = f"{spec.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
@@ -99,7 +99,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
             tune_config=tune.TuneConfig(
                 search_alg=bridge.searcher,
                 scheduler=bridge.scheduler,
-                num_samples=-1 if n_trials is None else n_trials,
+                num_samples=-1,  # a trial given up by Tune may be offered again (ray_bridge.OptunaBridge.on_error)
                 max_concurrent_trials=r.concurrency,
                 reuse_actors=True,
                 trial_name_creator=lambda t: f"trial_{t.trial_id}",
@@ -108,7 +108,8 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
             run_config=tune.RunConfig(
                 name=name,
                 storage_path=storage_path,
-                failure_config=tune.FailureConfig(max_failures=r.max_failures),
+                # the bridge spends runner.max_failures only on failures of a trial that ran (ray_bridge.START_RETRIES)
+                failure_config=tune.FailureConfig(max_failures=r.max_failures + START_RETRIES),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 verbose=0,
             ),
@@ -119,7 +120,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         try:
             with _quiet_tune(), (_ray_compat.driver_staging_here(rd.path / CLIENT_STAGING) if client else contextlib.nullcontext()):
                 tuner.fit()
-            clean = not bridge.live and driver.exhausted and not bridge.interrupted
+            clean = not bridge.live and not bridge.requeued and driver.exhausted and not bridge.interrupted
         finally:
             left = bridge.close_unfinished()
             if left:
@@ -376,6 +377,8 @@ def _quiet_tune():
         "RAY_AIR_NEW_OUTPUT": "0",
         # frequent trial checkpoints force small experiment-state snapshots; that is fine, do not warn
         "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+        # a worker failure is one line in log.txt (ray_bridge.on_error), not Tune's traceback on the terminal
+        "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
     }
     old = {k: os.environ.get(k) for k in keys}
     os.environ.update(keys)
