@@ -482,6 +482,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_trial_running(small_disk, tmp_pat
     monkeypatch.undo()
     code, err, _ = _run(tmp_path, capsys, out=disk / "out")  # and the same command resumes
     assert code == 0, err
+    assert not (out / "tiny" / ".reserve").exists()  # held only while the driver runs
 
 
 @pytest.mark.parametrize("ref", ["loop", "nul", "nul-only"])

@@ -348,6 +348,8 @@ class RunDir:
             self._lock = None
 
     def close(self) -> None:
+        if self._lock is not None:
+            self.release_reserve()  # held only while the driver runs
         self._release()
 
     def __enter__(self):
