@@ -592,3 +592,12 @@ def test_ray_connect_timeout_is_a_setting_with_a_default():
     assert loads_spec(TINY).runner.connect_timeout_s == 60
     with pytest.raises(Exception, match="connect_timeout_s"):
         loads_spec(TINY, overrides=["runner.connect_timeout_s=0"])
+
+
+def test_ray_address_auto_naming_a_silent_port_fails_within_the_deadline(tmp_path, capsys, silent_port, monkeypatch):
+    port, _ = silent_port
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    code, err, out = _run(tmp_path, capsys, "--runner", "ray", "--address", "auto", "--set", "runner.connect_timeout_s=2")
+    line = _one_line(err)
+    assert code == 2 and f"127.0.0.1:{port}" in line and "did not answer" in line, line
+    assert not out.exists()

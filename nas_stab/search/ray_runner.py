@@ -149,6 +149,10 @@ def check_reachable(address: str, timeout: float = 60.0) -> None:
     """
     import socket
 
+    if address == "auto":  # the cluster RAY_ADDRESS or the last `ray start` names, when there is one
+        from nas_stab.search._ray_compat import cluster_address
+
+        address = cluster_address(address)
     hostport = address[len("ray://"):] if is_client_address(address) else address
     if address == "auto" or ":" not in hostport:
         return
