@@ -50,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
         return 2
+    except Exception as e:
+        optuna = sys.modules.get("optuna")
+        if optuna is None or not isinstance(e, optuna.exceptions.StorageInternalError):
+            raise
+        # the study's database refused a write (a full disk under study.db, a lost connection): one line
+        why = " ".join(str(e.__cause__ or e).split("\n")[0].split())
+        print(f"error: the Optuna storage failed to record ({why}); nothing finished was lost, rerun the same command "
+              "to resume", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -214,7 +223,7 @@ def _run(args, setup_done) -> int:
     if spec.runner.kind == "ray" and spec.runner.address:
         from nas_stab.search.ray_runner import check_reachable
 
-        check_reachable(spec.runner.address)  # before the run directory is written
+        check_reachable(spec.runner.address, spec.runner.connect_timeout_s)  # before the run directory is written
     # runs trained in this process (local runner, one at a time) use the data the check loads;
     # worker processes (Ray, local concurrency > 1) load their own
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1
@@ -342,19 +351,15 @@ def cmd_list(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
-    import shutil
-
     from nas_stab.results.rundir import RunDir
-    from nas_stab.results.tensorboard import TB_DIR, write_rows
-    from nas_stab.config import load_run_spec
+    from nas_stab.results.tensorboard import rebuild
 
-    spec = load_run_spec(args.run_dir)
-    rows = RunDir(Path(args.run_dir)).read_trials()
-    root = Path(args.run_dir) / TB_DIR
-    if root.exists():
-        shutil.rmtree(root)
-    write_rows(Path(args.run_dir), rows, list(spec.space.keys), spec.task.kind)
-    print(f"{len(rows)} runs: tensorboard --logdir {root}")
+    from nas_stab.results.reader import read_run
+
+    run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
+    with RunDir.lock(run.path):  # no driver writes it meanwhile
+        n, root = rebuild(run.path, list(run.spec.space.keys), run.spec.task.kind)
+    print(f"{n} runs: tensorboard --logdir {root}")
     return 0
 
 

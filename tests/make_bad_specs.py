@@ -341,6 +341,34 @@ def main() -> None:
     ]:
         add(f"rule-{name}", expect, base(**secs))
 
+    # 14. reliability round 3 (issue 35): leaderboard roles and reference, bracket floors, inner: bracket starts
+    lb3 = "  model.branches: [1, 2, 4]\n  train.lr: [0.01, 0.02, 0.04]\n"
+    for name, expect, secs in [
+        ("leaderboard-reference-not-a-size", "leaderboard.reference",
+         {"space": lb3, "leaderboard": "  transfer: model.branches\n  reference: 999\n"}),
+        ("leaderboard-reference-text", "leaderboard.reference",
+         {"space": lb3, "leaderboard": "  transfer: model.branches\n  reference: abc\n"}),
+        ("leaderboard-reference-nan", "leaderboard.reference",
+         {"space": lb3, "leaderboard": "  transfer: model.branches\n  reference: .nan\n"}),
+        ("leaderboard-reference-without-transfer", "leaderboard.reference", {"space": lb3, "leaderboard": "  reference: 2\n"}),
+        ("leaderboard-transfer-is-lr", "leaderboard.transfer", {"space": lb3, "leaderboard": "  transfer: train.lr\n"}),
+        ("leaderboard-compare-lr", "leaderboard.compare.0",
+         {"space": lb3, "leaderboard": "  transfer: model.branches\n  compare: [train.lr]\n"}),
+        ("leaderboard-compare-size", "leaderboard.compare.0",
+         {"space": lb3, "leaderboard": "  transfer: model.branches\n  compare: [model.branches]\n"}),
+        ("leaderboard-lr-not-an-lr", "leaderboard.lr", {"space": lb3, "leaderboard": "  lr: model.branches\n"}),
+        ("leaderboard-tolerance-inf", "leaderboard.tolerance_octaves",
+         {"space": lb3, "leaderboard": "  transfer: model.branches\n  tolerance_octaves: .inf\n"}),
+        ("bracket-step-below-floor", "search.bracket.step_octaves",
+         {"search": "  sampler: bracket\n  bracket: {step_octaves: 0.0001, resolution_octaves: 0.0001}\n", "space": "  train.lr: [0.1]\n"}),
+        ("bracket-resolution-below-floor", "search.bracket.resolution_octaves",
+         {"search": "  sampler: bracket\n  bracket: {resolution_octaves: 1.0e-12}\n", "space": "  train.lr: [0.1]\n"}),
+        ("transfer-bracket-one-start", "space.train.lr",
+         {"search": "  sampler: tpe\n  trials: 2\n  transfer: {inner: bracket}\n", "leaderboard": lb,
+          "space": "  model.branches: [1, 4]\n  train.lr: [0.1]\n  model.aggregation_exponent: {uniform: [0, 1]}\n"}),
+    ]:
+        add(f"rule-{name}", expect, base(**secs))
+
     for i, (name, expect, text) in enumerate(cases):
         data = text if isinstance(text, bytes) else text.encode("utf-8")
         header = f"# expect: {expect}\n".encode()

@@ -327,3 +327,38 @@ def test_a_plateau_is_followed_to_both_ends():
     lrs = lrs_of(records)
     assert max(lrs) >= 0.2 and min(lrs) <= 0.0125  # past both ends of the plateau
     assert end.end == "bracketed"
+@pytest.mark.parametrize("override", ["search.bracket.step_octaves=0.0001", "search.bracket.resolution_octaves=0.0001",
+                                      "search.bracket.step_octaves=1.0e-12", "search.bracket.resolution_octaves=0.01"])
+def test_bracket_octaves_have_a_floor(override):
+    """Issue 35: 1e-4 validated and let a sweep grow to its 1000-point cap; 1e-12 looped."""
+    from nas_stab.errors import SpecError
+
+    text = SPEC.format(seeds=1, depths=[2], start=[0.01], limits=[1e-4, 10])
+    with pytest.raises(SpecError) as e:
+        loads_spec(text, overrides=[override])
+    assert e.value.key == override.split("=")[0] and "must be >= 0.05 octaves" in str(e.value)
+
+
+@pytest.mark.parametrize("step, res", [(1e-12, 1e-12), (1e-4, 1e-4), (1.0, 1e-12), (1e-12, 0.5)])
+def test_a_replay_cannot_loop_on_points_it_already_tried(step, res):
+    """Below the tolerance (a spec made before the floor, or built in code), a new lr is one already tried:
+    the sweep ends instead of replaying forever or training its point cap."""
+    import dataclasses
+    import signal
+
+    spec = loads_spec(SPEC.format(seeds=2, depths=[2], start=[0.001, 0.002], limits=[1e-4, 10]))
+    spec = dataclasses.replace(spec, search=dataclasses.replace(
+        spec.search, bracket=dataclasses.replace(spec.search.bracket, step_octaves=step, resolution_octaves=res)))
+
+    def stop(*_):
+        raise AssertionError("the replay loops")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(30)
+    try:
+        records, _ = drive(BracketSource(spec), objective(0.1))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    lrs = lrs_of(records)
+    assert len(lrs) < 20 and all(octaves(a, b) > 1e-3 for a, b in zip(lrs, lrs[1:]))

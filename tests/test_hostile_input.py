@@ -234,3 +234,370 @@ def test_spec_file_that_never_ends_is_refused_at_once(tmp_path, what):
         os.mkfifo(path)
     p = subprocess.run([sys.executable, "-m", "nas_stab.cli", "validate", path], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "not a regular file" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+# ---------------------------------------------------------------- issue 35: reliability round 3
+
+import csv  # noqa: E402
+
+NO_SPACE = TINY.split("space:")[0]  # one run: its TensorBoard directory is named by its run id alone
+
+
+def _rows(d: Path) -> list[dict]:
+    with open(d / "trials.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write_rows(d: Path, rows: list[dict]) -> None:
+    with open(d / "trials.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "../../x", "t1-s0/../..", "", "t00000-s0x"])
+def test_tensorboard_refuses_a_run_id_that_is_not_one_and_removes_nothing(tmp_path, capsys, run_id):
+    code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
+    assert code == 0, err
+    d = out / "tiny"
+    rows = _rows(d)
+    rows.append(dict(rows[0], trial="1", key="k-evil", run_id=run_id))  # tensorboard/.. is the run directory
+    _write_rows(d, rows)
+    before = sorted(p.relative_to(d) for p in d.rglob("*") if "tensorboard" not in p.parts)
+    code = main(["tensorboard", str(d)])
+    line = _one_line(capsys.readouterr().err)
+    assert code == 2 and "trials.csv: line 3: run_id" in line, line
+    assert sorted(p.relative_to(d) for p in d.rglob("*") if "tensorboard" not in p.parts) == before  # nothing lost
+    assert (d / "tensorboard").is_dir()
+
+
+def test_tensorboard_removes_only_directories_it_wrote(tmp_path, capsys):
+    code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
+    assert code == 0, err
+    d = out / "tiny"
+    tb = d / "tensorboard"
+    mine = tb / "notes"  # a user's directory next to the logs stays
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x")
+    sub = next(p for p in tb.iterdir() if p.name.startswith("t00000-s0"))
+    (sub / "keep.txt").write_text("x")  # a log directory holding something else is refused, not emptied
+    assert main(["tensorboard", str(d)]) == 2
+    assert "nothing was removed" in _one_line(capsys.readouterr().err)
+    assert (mine / "keep.txt").exists() and (sub / "keep.txt").exists()
+    (sub / "keep.txt").unlink()
+    assert main(["tensorboard", str(d)]) == 0
+    capsys.readouterr()
+    assert (mine / "keep.txt").exists() and len(list(tb.iterdir())) == 2
+    # tensorboard/ as a symlink to a directory outside the run: refused, the target untouched
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "t00000-s0").mkdir()
+    import shutil
+
+    shutil.rmtree(tb)
+    tb.symlink_to(elsewhere)
+    assert main(["tensorboard", str(d)]) == 2
+    assert "not a directory of the run" in _one_line(capsys.readouterr().err)
+    assert [p.name for p in elsewhere.iterdir()] == ["t00000-s0"] and not list((elsewhere / "t00000-s0").iterdir())
+
+
+def test_tensorboard_rebuild_takes_the_run_directory_lock(tmp_path, capsys):
+    from nas_stab.results.rundir import RunDir
+
+    code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
+    assert code == 0, err
+    d = out / "tiny"
+    with RunDir.open(out, __import__("nas_stab.config", fromlist=["loads_spec"]).loads_spec(NO_SPACE)):
+        assert main(["tensorboard", str(d)]) == 2
+        assert "in use by another nas-stab process" in _one_line(capsys.readouterr().err)
+    assert main(["tensorboard", str(d)]) == 0
+
+
+def _lb_run(tmp_path) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "data"))
+    from lb_fixtures import grid_rows, make_run, spec_dict
+
+    t = {(lab, s, lr): [0.9 - abs(lr - 0.2) - 0.01 * k for k in range(3)]
+         for lab in ("sum", "stam") for s in (1, 2, 4) for lr in (0.1, 0.2, 0.4)}
+    return make_run(tmp_path, grid_rows(t), spec=spec_dict("recs", seeds=[0, 1, 2]))
+
+
+@pytest.mark.parametrize("damage, where", [
+    ("status=weird", "line 2: status: 'weird' is not one of"),
+    ("status@3=", "line 5: status: an empty cell is not one of"),
+    ("objective@2=abc", "line 4: objective: 'abc' is not a number"),
+    ("val_acc@5=high", "line 7: val_acc: 'high' is not a number"),
+    ("train.lr@4=fast", "line 6: train.lr: 'fast' is not a number"),
+    ("model.branches@1=two", "line 3: model.branches: 'two' is not a number"),
+    ("seed@2=1.5", "line 4: seed: 1.5 is not a whole number"),
+    ("seed@2=", "line 4: seed: an empty cell is not a whole number"),
+    ("-train.lr", "no column 'train.lr'"),
+    ("-model.branches", "no column 'model.branches'"),
+    ("-status", "no column 'status'"),
+    ("-seed", "no column 'seed'"),
+])
+def test_malformed_records_are_refused_with_file_line_and_column(tmp_path, capsys, damage, where):
+    import pandas as pd
+
+    d = _lb_run(tmp_path)
+    assert main(["leaderboard", str(d)]) == 0
+    capsys.readouterr()
+    t = pd.read_csv(d / "trials.csv", dtype=str, keep_default_na=False)
+    if damage.startswith("-"):
+        t = t.drop(columns=[damage[1:]])
+    else:
+        col, value = damage.split("=")
+        col, _, row = col.partition("@")
+        if row:
+            t.loc[int(row), col] = value
+        else:
+            t[col] = value
+    t.to_csv(d / "trials.csv", index=False)
+    for p in d.glob("leaderboard*"):
+        p.unlink()
+    assert main(["leaderboard", str(d)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{d / 'trials.csv'}: {where}" in line, line
+    assert not (d / "leaderboard.md").exists()
+
+
+@pytest.mark.parametrize("flags, flag, says", [
+    (["--transfer", "train.lr"], "--transfer", "is the learning rate"),
+    (["--compare", "train.lr"], "--compare", "is the learning rate"),
+    (["--compare", "model.aggregation,model.branches"], "--compare", "is the size axis"),
+    (["--lr", "model.branches"], "--lr", "is not a learning rate"),
+    (["--transfer", "model.width"], "--transfer", "is not searched"),
+    (["--tolerance", "inf"], "--tolerance", "finite"),
+    (["--tolerance", "nan"], "--tolerance", ""),
+    (["--reference", "999"], "--reference", "not a searched size of model.branches"),
+    (["--reference", "abc"], "--reference", "not a searched size"),
+    (["--reference", "nan"], "--reference", "not a searched size"),
+])
+def test_leaderboard_flags_pass_the_spec_rules(tmp_path, capsys, flags, flag, says):
+    d = _lb_run(tmp_path)
+    assert main(["leaderboard", str(d), *flags]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {flag}: ") and says in line, line
+    assert not (d / "leaderboard.md").exists()
+
+
+def test_leaderboard_flags_that_are_fine_still_work(tmp_path, capsys):
+    d = _lb_run(tmp_path)
+    for flags in (["--reference", "2"], ["--reference", "2.0"], ["--tolerance", "0.5"], ["--compare", "model.aggregation"],
+                  ["--transfer", "model.aggregation", "--compare", "model.branches"]):
+        assert main(["leaderboard", str(d), *flags]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("reference: 999", "leaderboard.reference: 999 is not a searched size of model.branches"),
+    ("reference: abc", "leaderboard.reference: 'abc' is not a searched size"),
+    ("reference: .nan", "leaderboard.reference: nan is not a searched size"),
+    ("tolerance_octaves: .inf", "leaderboard.tolerance_octaves: must be a finite number"),
+    ("transfer: train.lr", "leaderboard.transfer: 'train.lr' is the learning rate"),
+    ("compare: [train.lr]", "leaderboard.compare.0: 'train.lr' is the learning rate"),
+    ("lr: model.branches", "leaderboard.lr: 'model.branches' is not a learning rate"),
+])
+def test_validate_checks_the_leaderboard_against_the_searched_sizes(tmp_path, capsys, setting, says):
+    lb = setting if setting.startswith("transfer") else f"transfer: model.branches, {setting}"
+    text = TINY.replace("train.lr: [0.01, 0.05]", "train.lr: [0.01, 0.02, 0.05]") + f"leaderboard: {{{lb}}}\n"
+    code, err = _validate(tmp_path, capsys, text)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_tensorboard_writer_failure_is_raised_not_printed_from_its_thread(tmp_path, capsys, monkeypatch):
+    """A full disk under tensorboard/: the writer's background thread printed its traceback; now the caller
+    gets the error (the driver logs it) and the half-written directory is gone."""
+    import errno
+
+    from tensorboard.summary.writer import record_writer
+
+    from nas_stab.results.tensorboard import write_run
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    import threading
+
+    printed = []  # what the thread's error would print (threading.excepthook: its traceback on stderr)
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full)
+    row = {"run_id": "t00000-s0", "seed": 0, "status": "complete", "train.lr": 0.1, "val_acc": 0.5, "steps": 2}
+    with pytest.raises(OSError):
+        write_run(tmp_path / "tb", row, [{"step": 0, "train_loss": 1.0}], ["train.lr"], "classification")
+    assert not printed and "Traceback" not in capsys.readouterr().err
+    assert not list((tmp_path / "tb").iterdir())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs (root only) and a function that fills it to the last block."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+
+    def fill():
+        with open(disk / "ballast", "ab", buffering=0) as f:
+            for chunk in (1 << 16, 1 << 12, 1 << 9, 1):
+                try:
+                    while True:
+                        f.write(b"x" * chunk)
+                except OSError:
+                    pass
+
+    try:
+        yield disk, fill
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.parametrize("when", ["records", "tensorboard"])
+def test_a_full_disk_is_one_line_and_leaves_no_trial_running(small_disk, tmp_path, capsys, monkeypatch, when):
+    """The disk fills up while a trial is recorded (study.db on the same disk): one line, exit 2, and the
+    trial is closed in the study (it stayed RUNNING until the next run; TensorBoard's thread printed a
+    traceback first)."""
+    import optuna
+
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.records import Records
+
+    disk, fill = small_disk
+    if when == "records":
+        real = Records.save
+        monkeypatch.setattr(Records, "save", lambda self, *a: (fill(), real(self, *a))[1])
+    else:
+        real = RunDir._tensorboard
+        monkeypatch.setattr(RunDir, "_tensorboard", lambda self, *a: (fill(), real(self, *a))[1])
+    code, err, out = _run(tmp_path, capsys, out=disk / "out")
+    assert code == 2 and "Traceback" not in err, err
+    _one_line(err)
+    (disk / "ballast").unlink()
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'tiny' / 'study.db'}")
+    assert study.trials and not [t.number for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
+    monkeypatch.undo()
+    code, err, _ = _run(tmp_path, capsys, out=disk / "out")  # and the same command resumes
+    assert code == 0, err
+    assert not (out / "tiny" / ".reserve").exists()  # held only while the driver runs
+
+
+@pytest.mark.parametrize("ref", ["loop", "nul", "nul-only"])
+def test_extends_path_that_cannot_be_resolved_is_one_line(tmp_path, capsys, ref):
+    """A symlink loop (RuntimeError from Path.resolve) or a NUL byte (ValueError) in `extends:`."""
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    value = {"loop": "loop.yaml", "nul": '"base\\0.yaml"', "nul-only": '"\\0"'}[ref]
+    code, err = _validate(tmp_path, capsys, f"extends: {value}\nname: x\n")
+    assert code == 2 and "extends" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("space", ["[1, 2]", "abc", "3"])
+def test_set_a_dimension_when_space_is_not_a_mapping(tmp_path, capsys, space):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(NO_SPACE + f"space: {space}\n")
+    code = main(["validate", str(spec), "--no-timing", "--set", "space.train.lr=[0.1,0.2]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "space is not a mapping" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_leaderboard_refuses_a_plots_symlink(tmp_path, capsys):
+    d = _lb_run(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (d / "plots").symlink_to(outside)
+    assert main(["leaderboard", str(d), "--format", "md,html"]) == 2
+    assert "plots" in _one_line(capsys.readouterr().err)
+    assert not list(outside.iterdir())
+    (d / "plots").unlink()
+    (d / "plots").write_text("a file")
+    assert main(["leaderboard", str(d)]) == 2
+    capsys.readouterr()
+
+
+def test_leaderboard_removes_temporary_files_a_killed_leaderboard_left(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    d = _lb_run(tmp_path)
+    (d / "plots").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid no process has now
+    stale = [d / f".leaderboard.md.{dead.pid}.k2j4h5g6.tmp", d / "plots" / f".lr_transfer.png.{dead.pid}.ab_cd123.tmp"]
+    live = d / f".leaderboard.html.{os.getpid()}.zzzzzzzz.tmp"  # a leaderboard still writing
+    other = d / ".notes.tmp"
+    for p in stale + [live, other]:
+        p.write_text("partial")
+    assert main(["leaderboard", str(d)]) == 0
+    capsys.readouterr()
+    assert not any(p.exists() for p in stale) and live.exists() and other.exists()
+    # atomic writes name their process, so the next leaderboard can tell
+    from nas_stab.results import rundir
+
+    assert rundir._TMP.fullmatch(f".leaderboard.md.{os.getpid()}.abc_1234.tmp")
+
+
+@pytest.fixture
+def silent_port():
+    """A port on 127.0.0.1 that accepts TCP connections and never answers (or answers `reply`)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    conns, reply = [], []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            if reply:
+                c.sendall(reply[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield srv.getsockname()[1], reply
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+
+
+@pytest.mark.parametrize("scheme, answer", [("", None), ("ray://", None), ("", b"HTTP/1.1 400 Bad Request\r\n\r\n")])
+def test_ray_address_that_is_not_ray_fails_within_the_deadline(tmp_path, capsys, silent_port, scheme, answer):
+    """Issue 35: a port that accepts TCP but is not Ray hung (killed after 150 s, ray:// 47 s)."""
+    import time
+
+    port, reply = silent_port
+    if answer:
+        reply.append(answer)
+    t0 = time.perf_counter()
+    code, err, out = _run(tmp_path, capsys, "--runner", "ray", "--address", f"{scheme}127.0.0.1:{port}",
+                          "--set", "runner.connect_timeout_s=2")
+    line = _one_line(err)
+    assert code == 2 and "runner.address" in line and ("not as a gRPC server" if answer else "did not answer") in line, line
+    assert time.perf_counter() - t0 < 20 and not out.exists()
+
+
+def test_ray_connect_timeout_is_a_setting_with_a_default():
+    from nas_stab.config import loads_spec
+
+    assert loads_spec(TINY).runner.connect_timeout_s == 60
+    with pytest.raises(Exception, match="connect_timeout_s"):
+        loads_spec(TINY, overrides=["runner.connect_timeout_s=0"])
+
+
+def test_ray_address_auto_naming_a_silent_port_fails_within_the_deadline(tmp_path, capsys, silent_port, monkeypatch):
+    port, _ = silent_port
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    code, err, out = _run(tmp_path, capsys, "--runner", "ray", "--address", "auto", "--set", "runner.connect_timeout_s=2")
+    line = _one_line(err)
+    assert code == 2 and f"127.0.0.1:{port}" in line and "did not answer" in line, line
+    assert not out.exists()

@@ -45,7 +45,7 @@ def _run(tmp_path, diverge=None):
             loss[120:] = np.inf
         h = pd.DataFrame({"step": steps, "train_loss": loss})
         snap = pd.DataFrame({"step": [0, 100], "train_loss": [np.nan, np.nan]})  # snapshot rows carry no loss
-        pd.concat([snap, h]).sort_values("step", kind="mergesort").to_csv(d / "history" / f"r{i:04d}.csv", index=False)
+        pd.concat([snap, h]).sort_values("step", kind="mergesort").to_csv(d / "history" / f"t{i:05d}-s{r['seed']}.csv", index=False)
     return d
 
 
@@ -107,7 +107,7 @@ def test_a_run_that_diverged_before_any_finite_loss_is_still_drawn(tmp_path):
     i = int(trials.index[(trials["model.branches"] == 4) & (trials["train.lr"] == 0.1) & (trials["seed"] == 1)][0])
     trials.loc[i, "status"], trials.loc[i, "diverged_step"] = "diverged", 1
     trials.to_csv(d / "trials.csv", index=False)
-    pd.DataFrame({"step": [0, 1], "train_loss": [np.nan, np.inf]}).to_csv(d / "history" / f"r{i:04d}.csv", index=False)
+    pd.DataFrame({"step": [0, 1], "train_loss": [np.nan, np.inf]}).to_csv(d / "history" / f"t{i:05d}-s1.csv", index=False)
     a, _, _ = load_analysis([d], n_boot=20)
     c = plots.loss_curves(a, {"0": d / "history"}, points=20)
     gone = c[c["diverged"] & c["loss"].isna()]

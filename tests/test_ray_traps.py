@@ -244,3 +244,75 @@ def test_worker_death_retried_from_checkpoint_then_given_up(ray_local, tmp_path)
     assert by_lr[0.02]["status"] == "failed" and st[0.02].state.name == "FAIL"
     assert "max_failures=1" in by_lr[0.02]["error"] and st[0.02].user_attrs["ray_failures"] == 2
     assert counts == {"complete": 1, "failed": 1}
+
+
+# ---------------------------------------------------------------- issue 35: a killed trial worker
+
+
+def _bridge(tmp_path, max_failures=1):
+    from nas_stab.config import loads_spec
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.driver import Driver
+    from nas_stab.search.ray_bridge import OptunaBridge
+
+    spec = loads_spec(spec_text(space={"train.lr": [0.01, 0.02]}, runner={"kind": "ray", "max_failures": max_failures}))
+    rd = RunDir.open(tmp_path, spec)
+    return spec, rd, OptunaBridge(spec, Driver(spec, rd), log=rd.log)
+
+
+def _run_done(bridge, tid, value=0.5):
+    from nas_stab.search.ray_trial import KIND, encode_result
+    from nas_stab.training.loop import RunResult
+
+    res = RunResult("complete", metrics={"val_acc": value}, steps=STEPS, history=[{"step": STEPS}])
+    result = {KIND: "run_done", "nas_index": 0, "nas_result": encode_result(res)}
+    assert bridge.on_result(tid, result) == "CONTINUE"
+    bridge.complete(tid, result, False)
+
+
+def test_a_trial_tune_gives_up_before_it_started_is_offered_again(tmp_path):
+    """SIGKILL of one `ray::ImplicitFunc`: Tune handed a trial (or its retry) the cached actor of the dead
+    worker; a failure of a trial waiting to start (PENDING) is never retried by Tune, so the run was
+    recorded failed after two failures in the same second. The bridge offers it again as a new Tune trial
+    (same Optuna trial, same job) and it completes; nothing is recorded for the failed attempts."""
+    spec, rd, bridge = _bridge(tmp_path)
+    first = bridge.suggest("a")
+    bridge.on_error("a", "The actor is dead because its worker process has died", final=False)  # retried by Tune
+    bridge.on_error("a", "The actor is dead because its worker process has died", final=True)  # PENDING: given up
+    bridge.complete("a", None, True)
+    assert not rd.read_trials() and not bridge.live
+    assert bridge.suggest("b") == first  # the same trial again, under the new Tune trial id
+    _run_done(bridge, "b")
+    (row,) = rd.read_trials()
+    assert row["status"] == "complete" and float(row["train.lr"]) == first["nas"]["params"]["train.lr"]
+    (t,) = [t for t in bridge.driver.study.trials if t.state.name != "RUNNING"]
+    assert t.state.name == "COMPLETE" and t.user_attrs["ray_failures"] == 2 and t.user_attrs["ray_trial_id"] == "b"
+    assert "offered again as a new Tune trial" in (rd.path / "log.txt").read_text()
+    rd.close()
+
+
+def test_failures_of_a_trial_that_ran_still_spend_max_failures(tmp_path):
+    from nas_stab.search.ray_trial import KIND
+
+    spec, rd, bridge = _bridge(tmp_path, max_failures=1)
+    bridge.suggest("a")
+    ev = {KIND: "eval", "nas_step": 1, "nas_value": 0.1, "nas_train_loss": 1.0}
+    assert bridge.on_result("a", ev) == "CONTINUE"
+    bridge.on_error("a", "boom", final=False)  # it ran: 1 of max_failures 1
+    assert not bridge.gave_up("a")
+    assert bridge.on_result("a", dict(ev, nas_step=2)) == "CONTINUE"
+    bridge.on_error("a", "boom", final=False)  # 2 > 1: given up, although Tune (max_failures + START_RETRIES) retries
+    assert bridge.gave_up("a") and bridge.on_result("a", dict(ev, nas_step=3)) == "STOP"
+    bridge.complete("a", None, False)  # what BridgeScheduler.choose_trial_to_run's stop_trial leads to
+    (row,) = rd.read_trials()
+    assert row["status"] == "failed" and "gave up after 2 failure(s); runner.max_failures=1" in row["error"]
+    # failures before anything was reported are free only up to START_RETRIES
+    from nas_stab.search.ray_bridge import START_RETRIES
+
+    bridge.suggest("b")
+    for _ in range(START_RETRIES + 1):
+        bridge.on_error("b", "dead actor", final=False)
+    assert bridge.gave_up("b")
+    bridge.complete("b", None, False)
+    assert sorted(r["status"] for r in rd.read_trials()) == ["failed", "failed"]
+    rd.close()

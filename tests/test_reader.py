@@ -57,7 +57,7 @@ def test_missing_trials_is_an_error_naming_the_file_and_status_still_reads(tmp_p
 def test_history_is_read_on_demand_and_never_outside_history(tmp_path):
     d = make_run(tmp_path, _rows())
     run = read_run(d)
-    h = run.history("r0000")
+    h = run.history("t00000-s0")
     assert h is not None and "step" in h.columns
     assert run.history("missing") is None
     (d / "secret.csv").write_text("step\n0\n")

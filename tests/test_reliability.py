@@ -177,3 +177,52 @@ def test_run_name_cannot_escape_out(tmp_path):
         p.write_text(text)
         assert main(["run", str(p), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists() and not (tmp_path / "evil").exists()
+
+
+def _journal_study(journal, name="tiny"):
+    import optuna
+
+    from nas_stab.search.optuna_study import make_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=make_storage(f"journal://{journal}"))
+
+
+def test_two_drivers_on_one_external_study_second_refuses(tmp_path):
+    """Issue 35: two `nas-stab run` with different --out and the same search.storage journal: the second
+    closed the first's live trial as interrupted and the first crashed. Now the study names its live
+    driver: the second refuses before touching a trial; once the first is gone the study is taken over."""
+    journal = tmp_path / "journal.log"
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY.replace("steps: 20", "steps: 3000") + f"search: {{storage: 'journal://{journal}'}}\n")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    first = subprocess.Popen([sys.executable, "-m", "nas_stab.cli", "run", str(spec), "--out", str(tmp_path / "a")],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # the first driver holds the study and trains its first trial
+            try:
+                study = _journal_study(journal)
+                if any(t.state.name == "RUNNING" for t in study.trials):
+                    break
+            except Exception:  # noqa: BLE001 - not created yet
+                pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the first driver never started")
+        second = run_cli("run", spec, "--out", tmp_path / "b")
+        assert second.returncode == 2, second.stderr
+        err = [ln for ln in second.stderr.splitlines() if ln.startswith("error")]
+        assert len(err) == 1 and "in use by another nas-stab driver" in err[0] and f"pid {first.pid}" in err[0], second.stderr
+        assert "Traceback" not in second.stderr
+        assert [t.state.name for t in _journal_study(journal).trials] == ["RUNNING"]  # the first's trial untouched
+        assert first.poll() is None  # and the first driver still runs
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # the first is gone (killed: its attribute stays, naming a dead pid): the study is taken over
+    spec.write_text(spec.read_text().replace("steps: 3000", "steps: 5"))
+    third = run_cli("run", spec, "--out", tmp_path / "c", "--trials", "1")
+    assert third.returncode == 0, third.stderr
+    study = _journal_study(journal)
+    assert "RUNNING" not in [t.state.name for t in study.trials] and study.user_attrs.get("nas_stab_driver") is None

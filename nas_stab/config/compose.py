@@ -35,9 +35,14 @@ def compose(data: Any, lines: Lines, file: str, read: Callable[[Path], str], _st
     ref = data.pop("extends")
     if not isinstance(ref, str) or not ref.strip():
         raise SpecError(f"must be the path of another experiment file, got {ref!r}", **where)
+    if "\x00" in ref:
+        raise SpecError(f"must be the path of another experiment file; {ref!r} holds a NUL byte", **where)
     here = Path(file).parent if not file.startswith("<") else Path.cwd()
-    path = (here / Path(ref).expanduser()).resolve()
-    me = Path(file).resolve() if not file.startswith("<") else None
+    try:
+        path = (here / Path(ref).expanduser()).resolve()
+        me = Path(file).resolve() if not file.startswith("<") else None
+    except (OSError, RuntimeError, ValueError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise SpecError(f"{ref}: cannot resolve the path ({getattr(e, 'strerror', None) or e})", **where) from None
     if path in _stack or path == me:
         chain = " -> ".join(str(p) for p in (*_stack, me, path) if p is not None)
         raise SpecError(f"extends forms a cycle: {chain}", **where)

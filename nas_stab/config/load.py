@@ -132,6 +132,9 @@ def _set_path(data: dict, path: tuple, value: Any, text: str) -> None:
     if path[0] == "space" and len(path) > 2:
         # space keys are dotted themselves: --set space.train.lr=[0.1,0.2]
         node = data.setdefault("space", {}) or {}
+        if not isinstance(node, dict):
+            raise SpecError(f"space is not a mapping (it is a {type(node).__name__}): it cannot take a dimension",
+                            file=f"--set {text}")
         data["space"] = node
         node[".".join(path[1:])] = value
         return

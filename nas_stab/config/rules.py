@@ -17,6 +17,10 @@ from nas_stab.textfmt import did_you_mean
 from nas_stab.config.knobs import parse_aggregation, parse_tau
 
 GRID_CHECK_LIMIT = 20_000
+# search.bracket's step and resolution at least this (octaves): finer points are indistinguishable from their
+# neighbours in seed noise, a sweep of them grows to its point cap, and below the bracket's own tolerance
+# (search/bracket.py _TOL, 1e-3) a new lr is one already tried
+BRACKET_MIN_OCTAVES = 0.05
 
 
 def check_config(spec, ctx: Ctx) -> None:
@@ -122,6 +126,20 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     if r.address is not None and r.kind != "ray":
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
 
+    check_leaderboard(spec, ctx, stored=stored)
+
+    _check_storage(s.storage, ctx)
+    check_config(spec, ctx)
+    # every searched value must make a valid configuration
+    _check_space_values(spec, ctx)
+
+
+def check_leaderboard(spec, ctx: Ctx, *, stored: bool = False, axes: bool = True) -> None:
+    """The rules of ``leaderboard:``: of an experiment file, and of the same values given as flags of
+    `nas-stab leaderboard` (results/leaderboard.py checks them with a Ctx that names the flags).
+    `stored`: a run directory's spec.yaml, which opens even if it predates a rule. `axes`: also the
+    rules against this spec's space (the searched sizes and lrs), which a table of several runs
+    (each may search other sizes, or none) does not follow."""
     from nas_stab.config.load import check_key
 
     lb = spec.leaderboard
@@ -134,7 +152,10 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
         if problem:
             raise ctx.error(path, problem)
     if not stored:
-        _check_axes(spec, ctx)
+        _check_roles(spec, ctx)
+        if axes:
+            _check_axes(spec, ctx)
+            _check_reference(spec, ctx)
     try:
         parse_epsilon(lb.epsilon)
     except ValueError as e:
@@ -142,10 +163,60 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
         raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
 
-    _check_storage(s.storage, ctx)
-    check_config(spec, ctx)
-    # every searched value must make a valid configuration
-    _check_space_values(spec, ctx)
+
+def is_lr_key(key: str) -> bool:
+    """Whether a dotted key holds a learning rate (``train.lr``; a future ``*_lr`` key too)."""
+    leaf = key.split(".")[-1]
+    return leaf == "lr" or leaf.endswith("_lr")
+
+
+def _check_roles(spec, ctx: Ctx) -> None:
+    """Each key of the table has one role: the lr is a learning rate, the size axis is not the lr,
+    the row labels are neither; the tolerance is a finite number of octaves; a reference size needs
+    a size axis."""
+    lb = spec.leaderboard
+    if not is_lr_key(lb.lr):
+        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is not a learning rate (the table's lr axis is train.lr)")
+    if lb.transfer is not None and lb.transfer == lb.lr:
+        raise ctx.error(("leaderboard", "transfer"), f"{lb.transfer!r} is the learning rate (leaderboard.lr): the size "
+                        "axis across which one lr should transfer must be another searched key")
+    for i, k in enumerate(lb.compare):
+        if k in (lb.lr, lb.transfer):
+            role = "the learning rate (leaderboard.lr)" if k == lb.lr else "the size axis (leaderboard.transfer)"
+            raise ctx.error(("leaderboard", "compare", i), f"{k!r} is {role}: the row labels are the other keys")
+    tol = lb.tolerance_octaves
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not tol > 0:
+        raise ctx.error(("leaderboard", "tolerance_octaves"), f"must be a finite number of octaves > 0, got {tol!r}")
+    if lb.reference is not None and lb.transfer is None:
+        raise ctx.error(("leaderboard", "reference"), f"{lb.reference!r} is a size of leaderboard.transfer, which is not set")
+
+
+def _check_reference(spec, ctx: Ctx) -> None:
+    """leaderboard.reference is one of the sizes searched (16 and 16.0 are one size)."""
+    lb = spec.leaderboard
+    ref = lb.reference
+    if ref is None or lb.transfer is None:
+        return
+    d = spec.space.get(lb.transfer)
+    if d is None:
+        return  # _check_axes names the size axis
+    if d.discrete:
+        sizes = list(spec.space.values_of(d))
+        ok = any(same_value(ref, v) for v in sizes)
+        shown = ", ".join(map(str, sizes[:20])) + (", ..." if len(sizes) > 20 else "")
+    else:
+        ok = isinstance(ref, (int, float)) and not isinstance(ref, bool) and d.low <= ref <= d.high
+        shown = f"[{d.low:g}, {d.high:g}]"
+    if not ok:
+        raise ctx.error(("leaderboard", "reference"), f"{ref!r} is not a searched size of {lb.transfer}: {shown}")
+
+
+def same_value(a, b) -> bool:
+    """16 and 16.0 are one size; a text is itself; nan is none."""
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    if num(a) and num(b):
+        return float(a) == float(b)
+    return type(a) is type(b) and a == b
 
 
 def brackets(spec) -> bool:
@@ -172,6 +243,11 @@ def _check_bracket(spec, ctx: Ctx) -> None:
             raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: bracket "
                             f"(the sampler is {s.sampler})")
         return
+    for name in ("step_octaves", "resolution_octaves"):
+        v = getattr(b, name)
+        if v < BRACKET_MIN_OCTAVES:
+            raise ctx.error(("search", "bracket", name), f"must be >= {BRACKET_MIN_OCTAVES:g} octaves, got {v:g}: learning "
+                            "rates closer than that cannot be told apart, and a sweep of them grows to its point cap")
     if b.resolution_octaves > b.step_octaves:
         raise ctx.error(("search", "bracket", "resolution_octaves"), f"must be <= step_octaves ({b.step_octaves:g}), "
                         f"got {b.resolution_octaves:g}: the resolution refines what the steps bracketed")
@@ -240,6 +316,9 @@ def _check_transfer(spec, ctx: Ctx) -> None:
         if not d.discrete or d.when:
             raise ctx.error(("space", key), f"{what} is the inner grid of search.transfer: give it listed values "
                             "(values, grid, log_grid or int) without a when: condition")
+        if key == lb.lr and t.inner == "bracket" and _n_values(d) < 2:
+            raise ctx.error(("space", key), f"inner: bracket starts each size's sweep at the learning rates of "
+                            f"space: give it 2 starts (e.g. [0.01, 0.02]), got {_n_values(d)}")
     outer = {d.key: d for d in spec.space if d.key not in (lb.transfer, lb.lr)}
     start = t.start if t.start is not None else []
     if not isinstance(start, list):

@@ -202,6 +202,7 @@ class RunnerConfig:
     max_failures: int = _f(1, "retries of a trial whose worker died", ge=0, le=1000)
     checkpoint_every: int = _f(0, "steps between trial checkpoints (ray; 0 = none)", ge=0)
     storage: Optional[str] = _f(None, "ray: where Tune keeps trial checkpoints, a path every node sees or s3://...; default <run dir>/ray")
+    connect_timeout_s: float = _f(60.0, "ray: seconds to wait for runner.address to answer as Ray (a head's GCS or a Ray Client server) before giving up with one line", gt=0, le=3600)
 
 
 @dataclass(frozen=True)

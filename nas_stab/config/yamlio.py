@@ -46,8 +46,10 @@ def read_text(path: str | Path) -> str:
         raise SpecError(f"file not found: {p}", file=str(path)) from None
     except IsADirectoryError:
         raise SpecError("is a directory, expected a YAML file", file=str(path)) from None
-    except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror}", file=str(path)) from None
+    except OSError as e:  # a symlink loop (ELOOP), a permission, ...
+        raise SpecError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    except ValueError as e:  # a NUL byte in the path
+        raise SpecError(f"cannot read: {e}", file=str(path).replace("\x00", "\\0")) from None
     if len(raw) > MAX_BYTES:
         raise SpecError(f"file is larger than {MAX_BYTES} bytes; spec files are limited to {MAX_BYTES}", file=str(path))
     try:

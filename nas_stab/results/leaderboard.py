@@ -33,7 +33,7 @@ from nas_stab import metrics
 from nas_stab.config.schema import LeaderboardConfig, Spec
 from nas_stab.textfmt import duration
 from nas_stab.errors import RunError, SpecError
-from nas_stab.results.rundir import atomic_write
+from nas_stab.results.rundir import atomic_write, remove_stale_tmp
 from nas_stab.results import formats as _formats
 from nas_stab.results.analysis import Analysis, analyze
 from nas_stab.results.values import fill_base, fmt_value
@@ -221,6 +221,7 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
     runs = [_read(d) for d in unique.values()]
     if not runs:
         raise RunError("no run directory given")
+    _check_flags(runs, overrides)
     cfg = _settings(runs[0].spec, overrides)
     _check_axes(cfg, runs)
     _check_same_setting(cfg, runs)
@@ -400,6 +401,59 @@ def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
     return [by_key.get(k, "") if k is not None else "" for k in keys]
 
 
+FLAGS = {"lr": "--lr", "transfer": "--transfer", "compare": "--compare", "metric": "--metric",
+         "reference": "--reference", "tolerance_octaves": "--tolerance"}
+
+
+class _Unchanged(SpecError):
+    """A rule the stored settings break, not the flags (a run made before the rule): not reported."""
+
+
+class _FlagCtx:
+    """Names a broken rule of ``leaderboard:`` by the flag that set the value (`config.rules`' Ctx)."""
+
+    def __init__(self, changed: Iterable[str]):
+        self.changed = set(changed)
+
+    def error(self, path: tuple, message: str) -> SpecError:
+        field = path[1] if len(path) > 1 and path[0] == "leaderboard" else None
+        return SpecError(message, key=FLAGS[field]) if field in self.changed else _Unchanged(message)
+
+
+def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> None:
+    """The values of `nas-stab leaderboard`'s flags pass the rules the same values pass in an experiment
+    file (config/rules.py `check_leaderboard`), checked against the first run's spec; with several runs
+    the reference is one of the sizes their trials hold.
+
+    Raises:
+        SpecError: naming the flag (exit 2, one line).
+    """
+    import dataclasses
+
+    from nas_stab.config.rules import check_leaderboard
+
+    over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
+    if not over:
+        return
+    if "compare" in over:
+        c = over["compare"]
+        over["compare"] = tuple(x.strip() for x in c.split(",") if x.strip()) if isinstance(c, str) else tuple(c)
+    spec = runs[0].spec
+    spec = dataclasses.replace(spec, leaderboard=dataclasses.replace(spec.leaderboard, **over))
+    try:
+        check_leaderboard(spec, _FlagCtx(over), axes=len(runs) == 1)
+    except _Unchanged:
+        pass  # the stored settings predate a rule; what the flags set was checked up to there
+    ref, key = spec.leaderboard.reference, spec.leaderboard.transfer
+    if len(runs) > 1 and "reference" in over and key:
+        from nas_stab.config.rules import same_value
+
+        sizes = {v for r in runs for v in (r.trials[key].dropna().tolist() if key in r.trials.columns else [r.stored(key)])}
+        if not any(same_value(ref, v) for v in sizes):
+            raise SpecError(f"{ref!r} is not a size of {key} in these runs: {', '.join(map(str, sorted(sizes, key=str)))}",
+                            key="--reference")
+
+
 def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:
     """A key the table slices by must be a column of some run's trials or a key of its spec."""
     for what, key in [("--lr", cfg["lr"]), ("--transfer", cfg["transfer"])] + [("--compare", k) for k in cfg["compare"]]:
@@ -477,6 +531,11 @@ def build_leaderboard(
         if v is not None:
             command += f" --{k} {','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
     a, prov, runs = load_analysis(run_dirs, n_boot=n_boot, command=command, overrides=overrides)
+    plots_dir = out / "plots"
+    if plots and (plots_dir.is_symlink() or plots_dir.exists() and not plots_dir.is_dir()):
+        raise RunError(f"{plots_dir}: a symbolic link or a file; the leaderboard writes its figures only into a "
+                       "plots/ directory of its own: move it aside")
+    remove_stale_tmp([out, plots_dir])  # left by a killed leaderboard
     written: dict[str, Path] = {}
 
     pngs: dict[str, bytes] = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -40,12 +41,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from nas_stab.config import Spec
 
-__all__ = ["HISTORY", "Run", "SPEC_YAML", "TRIALS_CSV", "history_frame", "history_path", "read_history_rows",
-           "read_rows", "read_run", "stored_spec"]
+__all__ = ["HISTORY", "RUN_ID", "Run", "SPEC_YAML", "TRIALS_CSV", "history_frame", "history_path", "is_run_id",
+           "read_history_rows", "read_rows", "read_run", "stored_spec"]
 
 SPEC_YAML = "spec.yaml"
 TRIALS_CSV = "trials.csv"
 HISTORY = "history"
+RUN_ID = re.compile(r"t[0-9]{1,12}-s-?[0-9]{1,20}")  # `t<trial>-s<seed>`: the only names a path is built from
+
+
+def is_run_id(value: Any) -> bool:
+    """Whether `value` is a run id as the driver writes them (``t00003-s1``); anything else names no file."""
+    return isinstance(value, str) and RUN_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +105,7 @@ class Run:
             raise RunError(f"{tpath}: cannot read ({e.strerror})") from None
         if trials.empty:
             raise RunError(f"{tpath}: has a header but no trials")
+        check_trials(trials, self.spec, tpath)
         return trials
 
     def rows(self, log: Callable[[str], None] | None = None) -> list[dict[str, str]]:
@@ -107,6 +115,48 @@ class Run:
     def history(self, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":
         """One trained run's step history (see `history_frame`)."""
         return history_frame(self.path / HISTORY, run_id, nrows=nrows)
+
+
+def check_trials(trials: "pd.DataFrame", spec: "Spec", tpath: Path) -> None:
+    """trials.csv as the driver writes it, or an error naming the file, the line and the column: the
+    columns `seed`, `status` and the searched learning rate and size axis (leaderboard.lr, leaderboard.transfer) present, each status a known one, seeds whole
+    numbers, and numbers where numbers belong (the objective, every metric, numeric searched keys).
+    A table built from anything else would give a confident verdict about data that means nothing.
+
+    Raises:
+        RunError: the first problem met, ``<file>: line <n>: <column>: ...`` (line 1 is the header).
+    """
+    import pandas as pd
+
+    lb = spec.leaderboard
+    need = ["seed", "status", *[k for k in (lb.lr, lb.transfer) if k and spec.space.get(k) is not None]]
+    missing = [c for c in need if c not in trials.columns]
+    if missing:
+        raise RunError(f"{tpath}: no column {missing[0]!r} (every run records its seed, status and searched keys)")
+
+    def line(mask) -> int:
+        return int(mask.to_numpy().nonzero()[0][0]) + 2
+
+    def cell(v) -> str:
+        return "an empty cell" if pd.isna(v) else repr(v.item() if hasattr(v, "item") else v)
+
+    status = trials["status"]
+    bad = ~status.isin(metrics.STATUSES)
+    if bad.any():
+        raise RunError(f"{tpath}: line {line(bad)}: status: {cell(status[bad].iloc[0])} is not one of "
+                       f"{', '.join(metrics.STATUSES)}")
+    numeric = ["seed", "objective", *[c for c in trials.columns if c in metrics.OBJECTIVES]]
+    numeric += [d.key for d in spec.space if not d.discrete or d.kind == "int"
+                or all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in d.values)]
+    for col in dict.fromkeys(c for c in numeric if c in trials.columns):
+        cells = trials[col]
+        num = pd.to_numeric(cells, errors="coerce")
+        bad = num.isna() & cells.notna() & (cells.astype(str).str.strip() != "")
+        if col == "seed":
+            bad |= cells.isna() | (num.notna() & (num % 1 != 0))
+        if bad.any():
+            what = "a whole number" if col == "seed" else "a number"
+            raise RunError(f"{tpath}: line {line(bad)}: {col}: {cell(cells[bad].iloc[0])} is not {what}")
 
 
 def read_run(run_dir: str | Path) -> Run:
@@ -168,11 +218,13 @@ def stored_spec(run_dir: str | Path) -> dict | None:
     return data or {}
 
 
-def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None) -> list[dict[str, str]]:
+def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, strict: bool = False) -> list[dict[str, str]]:
     """The records of trials.csv, cells as the text the driver wrote (unescaped); [] without the file.
 
     A file cut short by a kill is repaired: its partial last line is dropped, and so is any row
-    without a key or a known status; each repair is reported to `log`.
+    without a key or a known status; each repair is reported to `log`. With `strict` such a row, or
+    one whose run_id is not ``t<trial>-s<seed>``, is an error naming the file, its line and the column
+    (for a command that builds paths from the rows: `nas-stab tensorboard`).
     """
     p = Path(run_dir) / TRIALS_CSV
     if not p.exists():
@@ -182,21 +234,44 @@ def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None) -> 
         text = text[: text.rfind("\n") + 1]
         if log:
             log("trials.csv: dropped a partial last row")
-    rows = [{k: unescape_cell(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(text))]
-    good = [r for r in rows if r.get("key") and r.get("status") in metrics.STATUSES]
-    if len(good) != len(rows) and log:
-        log(f"trials.csv: dropped {len(rows) - len(good)} malformed row(s)")
+    reader = csv.DictReader(io.StringIO(text))
+    good = []
+    n = 0
+    for n, raw in enumerate(reader, 1):
+        r = {k: unescape_cell(v) for k, v in raw.items()}
+        problem = _row_problem(r, strict)
+        if problem is None:
+            good.append(r)
+        elif strict:
+            raise RunError(f"{p}: line {reader.line_num}: {problem}")
+    if len(good) != n and log:
+        log(f"trials.csv: dropped {n - len(good)} malformed row(s)")
     return good
 
 
+def _row_problem(r: Mapping[str, Any], run_id: bool) -> str | None:
+    """What makes a trials.csv record unusable (column: why), None when it is fine."""
+    if not r.get("key"):
+        return "key: empty (every run has the hash of its configuration)"
+    if r.get("status") not in metrics.STATUSES:
+        return f"status: {r.get('status')!r} is not one of {', '.join(metrics.STATUSES)}"
+    if run_id and not is_run_id(r.get("run_id")):
+        return f"run_id: {r.get('run_id')!r} is not a run id (t<trial>-s<seed>)"
+    return None
+
+
 def history_path(history_dir: str | Path, run_id: Any) -> Path | None:
-    """``<history_dir>/<run_id>.csv`` when it is a file; None otherwise, and for a run_id that would name
-    a path outside the directory."""
-    rid = str(run_id)
-    if Path(rid).name != rid:
+    """``<history_dir>/<run_id>.csv`` when it is a file inside the directory; None otherwise, and for
+    anything but a run id (``t<trial>-s<seed>``)."""
+    if not is_run_id(run_id):
         return None
-    path = Path(history_dir) / f"{rid}.csv"
-    return path if path.is_file() else None
+    path = Path(history_dir) / f"{run_id}.csv"
+    try:
+        if not path.is_file() or path.resolve().parent != Path(history_dir).resolve():  # a symlink out of history/
+            return None
+    except (OSError, RuntimeError):
+        return None
+    return path
 
 
 def history_frame(history_dir: str | Path, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":

@@ -18,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import errno
 import fcntl
 import io
 import math
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -34,6 +36,8 @@ from nas_stab import __version__, metrics
 from nas_stab.errors import RunError
 from nas_stab.results.csvsafe import escape_cell
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
+RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
+RESERVE_BYTES = 128 * 1024
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
 FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "diverged_step", "diverged_why", "error", "run_id",
               "key", "optuna_trial"]
@@ -44,7 +48,7 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
     the usual permissions (0666 minus the umask), not mkstemp's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")  # pid: `remove_stale_tmp`
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
@@ -58,6 +62,36 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+_TMP = re.compile(r"\..+\.([0-9]+)\.[A-Za-z0-9_]+\.tmp")  # atomic_write's temporary files: .<name>.<pid>.<random>.tmp
+
+
+def remove_stale_tmp(dirs: Iterable[Path]) -> int:
+    """Remove the temporary files of `atomic_write`s whose process is gone (a killed `nas-stab
+    leaderboard`); those of a live process, and any other file, stay. Returns how many."""
+    n = 0
+    for d in dirs:
+        if not Path(d).is_dir() or Path(d).is_symlink():
+            continue
+        for p in Path(d).iterdir():
+            m = _TMP.fullmatch(p.name)
+            if m is None or not p.is_file() or p.is_symlink() or _alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                p.unlink()
+                n += 1
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or not a pid): left alone
+    return True
 
 
 def _fsync_dir(d: Path) -> None:
@@ -215,6 +249,7 @@ class RunDir:
             raise RunError(f"cannot create {path / 'history'}: {e.strerror or e}") from None
         rd.tensorboard = spec.logging.tensorboard
         rd.repair()
+        rd.reserve()
         return rd
 
     def _update_presentation(self, spec) -> None:
@@ -244,11 +279,58 @@ class RunDir:
             self.log(f"removed {len(stale)} partial file(s) left by an interrupted run: " + ", ".join(p.name for p in stale))
         return len(stale)
 
+    def reserve(self) -> bool:
+        """Hold RESERVE_BYTES of disk in `.reserve` while the driver runs (best effort; False when the disk
+        has not that much). On a full disk `release_reserve` gives them up so that the trials in flight can
+        still be told to the study (in study.db, on the same disk) instead of staying RUNNING."""
+        p = self.path / RESERVE
+        try:
+            if p.is_file() and not p.is_symlink() and p.stat().st_size >= RESERVE_BYTES:
+                return True
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)  # real blocks, not a sparse file
+                except OSError as e:
+                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    os.write(fd, b"\0" * RESERVE_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        except OSError:
+            self.release_reserve()
+            return False
+
+    def release_reserve(self) -> bool:
+        """Give the reserved disk back (the next `open` takes it again); whether there was one."""
+        try:
+            (self.path / RESERVE).unlink()
+            return True
+        except OSError:
+            return False
+
     @staticmethod
     def spec_plain(spec) -> dict:
         from nas_stab.config.display import applicable_plain
 
         return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
+
+    @classmethod
+    @contextlib.contextmanager
+    def lock(cls, path: Path):
+        """Hold an existing run directory's lock for a command that rewrites part of it (`nas-stab
+        tensorboard`): a driver running there makes it refuse, and no driver starts meanwhile."""
+        rd = cls(Path(path))
+        try:
+            rd._acquire()
+        except OSError as e:
+            raise RunError(f"cannot lock {rd.path / 'log.txt'}: {e.strerror or e}") from None
+        try:
+            yield rd
+        finally:
+            rd._release()
 
     def _acquire(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -266,6 +348,8 @@ class RunDir:
             self._lock = None
 
     def close(self) -> None:
+        if self._lock is not None:
+            self.release_reserve()  # held only while the driver runs
         self._release()
 
     def __enter__(self):

@@ -18,14 +18,17 @@ false` turns them off.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
 from nas_stab import metrics
-from nas_stab.results.reader import HISTORY, read_history_rows
+from nas_stab.errors import RunError
+from nas_stab.results.reader import HISTORY, TRIALS_CSV, is_run_id, read_history_rows
 
 TB_DIR = "tensorboard"
 _SKIP = {"step"}
@@ -40,7 +43,14 @@ def _num(v: Any) -> float | None:
 
 
 def run_dir_name(row: dict, searched: Iterable[str]) -> str:
-    """`<run_id>_<short key>=<value>,...`: readable, unique (the run id) and safe as a file name."""
+    """`<run_id>_<short key>=<value>,...`: readable, unique (the run id) and safe as a file name.
+
+    Raises:
+        RunError: the row's run_id is not ``t<trial>-s<seed>`` (a path is never built from anything else).
+    """
+    if not is_run_id(row.get("run_id")):
+        raise RunError(f"{TRIALS_CSV}: run_id: {row.get('run_id')!r} is not a run id (t<trial>-s<seed>); "
+                       "no TensorBoard directory is named after it")
     parts = [f"{k.split('.')[-1]}={row.get(k, '')}" for k in searched]
     name = f"{row['run_id']}_" + ",".join(parts) if parts else str(row["run_id"])
     name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
@@ -61,8 +71,44 @@ def write_run(root: Path, row: dict, history: list[dict], searched: list[str], t
     from torch.utils.tensorboard.summary import hparams
 
     out = root / run_dir_name(row, searched)
-    if out.exists():
-        shutil.rmtree(out)
+    if root.is_symlink() or out.resolve().parent != root.resolve():
+        raise RunError(f"{out}: outside {root}; TensorBoard logs are written only inside the run directory")
+    if out.exists() or out.is_symlink():
+        remove_log_dir(out)
+    try:
+        with _writer_errors_raised():
+            _write(out, row, history, searched, task_kind, SummaryWriter, hparams)
+    except BaseException:
+        if is_log_dir(out):  # made by this call, half written (a full disk): gone, `nas-stab tensorboard` retries
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out
+
+
+@contextlib.contextmanager
+def _writer_errors_raised():
+    """TensorBoard writes from a background thread; a failure there (a full disk) printed that thread's
+    traceback before the caller learnt of it. Here the thread's error is kept quiet and raised in the
+    caller when the writer closes (SummaryWriter.close() itself does not raise it)."""
+    caught: list[BaseException] = []
+    old = threading.excepthook
+
+    def hook(args):
+        if type(args.thread).__name__ == "_AsyncWriterThread":
+            caught.append(args.exc_value)
+        else:
+            old(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = old
+    if caught:
+        raise caught[0]
+
+
+def _write(out: Path, row: dict, history: list[dict], searched: list[str], task_kind: str, SummaryWriter, hparams) -> None:
     task_metrics = set(metrics.TASK_METRICS[task_kind])
     w = SummaryWriter(log_dir=str(out), max_queue=10_000, flush_secs=3600)
     try:
@@ -92,7 +138,22 @@ def write_run(root: Path, row: dict, history: list[dict], searched: list[str], t
             w.add_scalar(k, v, int(_num(row.get("steps")) or 0))
     finally:
         w.close()
-    return out
+
+
+def is_log_dir(path: Path) -> bool:
+    """Whether `path` is a run's TensorBoard directory as `write_run` makes it: a real directory (not a
+    symlink) named after a run id, holding nothing but event files."""
+    if path.is_symlink() or not path.is_dir() or not is_run_id(path.name.split("_", 1)[0]):
+        return False
+    return all(p.name.startswith("events.out.tfevents.") and p.is_file() and not p.is_symlink() for p in path.iterdir())
+
+
+def remove_log_dir(path: Path) -> None:
+    """Remove a run's earlier TensorBoard directory; anything else is refused, never removed."""
+    if not is_log_dir(path):
+        raise RunError(f"{path}: not a TensorBoard log directory that nas-stab wrote (only event files); "
+                       "move it aside, nothing was removed")
+    shutil.rmtree(path)
 
 
 def _hparam(v: Any) -> Any:
@@ -110,3 +171,30 @@ def write_rows(run_path: Path, rows: list[dict], searched: list[str], task_kind:
         history = read_history_rows(Path(run_path) / HISTORY, row["run_id"])
         out.append(write_run(root, row, history, searched, task_kind))
     return out
+
+
+def rebuild(run_path: Path, searched: list[str], task_kind: str) -> tuple[int, Path]:
+    """`nas-stab tensorboard`: every run's logs written again from trials.csv and history/ (the caller
+    holds the run directory's lock). A row that names no run (`reader.read_rows`, strict) is an error
+    before anything is touched; only directories `write_run` made are removed; returns (runs, root).
+
+    Raises:
+        RunError: a malformed row, a `tensorboard` that is not a real directory of the run, or a
+            directory in it this command cannot write (full disk, read-only: the error names it).
+    """
+    from nas_stab.results.reader import read_rows
+
+    rows = read_rows(run_path, strict=True)
+    root = Path(run_path) / TB_DIR
+    if root.is_symlink() or root.exists() and not root.is_dir():
+        raise RunError(f"{root}: not a directory of the run (a symlink or a file); move it aside")
+    try:
+        if root.is_dir():  # the logs of runs trials.csv no longer lists go too; anything else stays
+            for p in root.iterdir():
+                if is_log_dir(p):
+                    shutil.rmtree(p)
+        write_rows(run_path, rows, searched, task_kind)
+    except OSError as e:
+        raise RunError(f"{e.filename or root}: cannot write TensorBoard logs ({e.strerror or e}); the run's records are "
+                       "untouched") from None
+    return len(rows), root

@@ -60,7 +60,8 @@ from nas_stab.search.sources import JOB_SOURCES
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
 # octaves: two learning rates this close are the same point. Not tighter: `log_grid` rounds its values to
 # 6 significant digits (up to ~1e-6 octaves from the exact lattice point the resolution step computes), and
-# a tighter tolerance trained such a grid point a second time.
+# a tighter tolerance trained such a grid point a second time. search.bracket's step and resolution are
+# at least config.rules.BRACKET_MIN_OCTAVES, far above it.
 _TOL = 1e-3
 
 
@@ -174,7 +175,7 @@ class BracketSource:
         tried: list[float] = []
         round_lrs = list(start)
         rounds = 0
-        while True:
+        while True:  # ends: every round adds a learning rate not tried (`_decide_rows`), at most max_points
             rounds += 1
             tried += round_lrs
             missing = [j for lr in round_lrs for j in self.jobs(i, lr, tried.index(lr)) if j.key not in recs]
@@ -225,14 +226,18 @@ class BracketSource:
         hi_room = lambda x: x + self.step <= self.hi + _TOL  # noqa: E731
         lo_room = lambda x: x - self.step >= self.lo - _TOL  # noqa: E731
         room = n_tried < self.max_points
+        tried = [math.log2(float(lr)) for lr, _, _ in rows]
+        # a point within _TOL of one tried is that point (a step below the tolerance, or one that rounds
+        # onto a tried lr): never proposed again, so every round adds a new lr and the replay ends
+        fresh = lambda v: all(abs(math.log2(v) - x) > _TOL for x in tried)  # noqa: E731
         if not trains:
             # nothing trains yet: smaller lrs (a diverged or stuck point can be too large: a model can sit at chance
             # above its divergence threshold, as below its useful range) and, unless the highest diverged, larger
             # ones; "no lr trains" only once both directions have reached their limits
             new = []
-            if lo_room(xs[0]):
+            if lo_room(xs[0]) and fresh(_lr(xs[0] - self.step)):
                 new.append(_lr(xs[0] - self.step))
-            if not cells[xs[-1]]["all_diverged"] and hi_room(xs[-1]):
+            if not cells[xs[-1]]["all_diverged"] and hi_room(xs[-1]) and fresh(_lr(xs[-1] + self.step)):
                 new.append(_lr(xs[-1] + self.step))
             if new and room and n_tried + len(new) <= self.max_points:
                 return _Decision(tuple(sorted(new)), "", None)
@@ -242,6 +247,7 @@ class BracketSource:
             new.append(_lr(best + self.step))
         if censored in ("<=", "=") and lo_room(best):
             new.append(_lr(best - self.step))
+        new = [v for v in new if fresh(v)]
         if not new:  # bracketed, or stopped at a limit: the resolution around the optimum
             below = [x for x in xs if x < best - _TOL]
             above = [x for x in xs if x > best + _TOL]
@@ -249,9 +255,10 @@ class BracketSource:
                 new.append(_lr(best - self.res))
             if (not above or above[0] - best > self.res + _TOL) and best + self.res <= self.hi + _TOL:
                 new.append(_lr(best + self.res))
+            new = [v for v in new if fresh(v)]
         if not new:  # a plateau: keep extending on a side whose farthest point is still within noise of the best
             for side, room_ok, step in ((xs[0], lo_room, -self.step), (xs[-1], hi_room, self.step)):
-                if abs(side - best) > _TOL and self._level(cells, side, best) and room_ok(side):
+                if abs(side - best) > _TOL and self._level(cells, side, best) and room_ok(side) and fresh(_lr(side + step)):
                     new.append(_lr(side + step))
         if new and room and n_tried + len(new) <= self.max_points:
             return _Decision(tuple(sorted(new)), "", None)

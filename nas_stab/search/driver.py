@@ -153,10 +153,17 @@ class Driver:
 
     def __init__(self, spec, rd, *, trials: int | None = None, source: JobSource | None = None,
                  progress_stream=None, live: bool | None = None):
+        self.spec, self.rd = spec, rd
+        self.study, rows, self.study_lock = trial_states.open_study(spec, rd)
+        try:
+            self._start(spec, rd, rows, trials, source, progress_stream, live)
+        except BaseException:
+            self._release_study()
+            raise
+
+    def _start(self, spec, rd, rows, trials, source, progress_stream, live) -> None:
         from nas_stab.search.progress import Progress
 
-        self.spec, self.rd = spec, rd
-        self.study, rows = trial_states.open_study(spec, rd)
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
         self.offset = plan.steps_hint(spec)  # step offset between the seeds of a trial in Optuna's intermediate values
@@ -222,8 +229,7 @@ class Driver:
             try:
                 params = spec.space.suggest(ot, self._base)
             except BaseException as e:
-                status = "failed" if isinstance(e, Exception) else INTERRUPTED
-                trial_states.tell(study, ot, status, None, traceback.format_exc(limit=3))
+                self._close_unstarted(ot, e)
                 raise
             resolved = plan.try_resolve(spec, params)
             trial = Trial(ot, [plan.sampled_job(spec, ot.number, params, s, resolved=resolved) for s in spec.seeds], params)
@@ -235,12 +241,27 @@ class Driver:
             ot = study.ask()
             trial = Trial(ot, [job], job.params)
             suggest = getattr(self.source, "suggest", None)  # a source whose values may leave the space's grid
-            if suggest is not None:
-                suggest(ot, self._base)
-            else:
-                spec.space.suggest(ot, self._base, grid=True)  # records the enqueued values with their distributions
+            try:
+                if suggest is not None:
+                    suggest(ot, self._base)
+                else:
+                    spec.space.suggest(ot, self._base, grid=True)  # records the enqueued values with their distributions
+            except BaseException as e:  # a study that refuses the write (a full disk): the trial is not left RUNNING
+                self._close_unstarted(ot, e)
+                raise
         self.running[ot.number] = trial
         return trial
+
+    def _close_unstarted(self, ot, error: BaseException) -> None:
+        """Close a trial asked but never started (its values could not be recorded): failed, or
+        interrupted by Ctrl-C. The reserve is given up first: the error may be a full disk."""
+        if hasattr(self.rd, "release_reserve"):
+            self.rd.release_reserve()
+        status = "failed" if isinstance(error, Exception) else INTERRUPTED
+        try:
+            trial_states.tell(self.study, ot, status, None, traceback.format_exc(limit=3))
+        except Exception:  # noqa: BLE001 - the error being raised says what went wrong; a rerun closes the trial
+            pass
 
     def next_run(self):
         """The first run of the next trial (a `Run`), `WAIT`, or None: for executors."""
@@ -318,7 +339,10 @@ class Driver:
         self._waiting = False
 
     def close_running(self) -> int:
-        """Close every trial still in flight as interrupted (the driver is stopping); how many."""
+        """Close every trial still in flight as interrupted (the driver is stopping); how many. On a full
+        disk the run directory's reserve is given up first, so that the study can take the news."""
+        if self.running and hasattr(self.rd, "release_reserve"):
+            self.rd.release_reserve()
         n = 0
         for trial in list(self.running.values()):
             try:
@@ -329,9 +353,18 @@ class Driver:
         return n
 
     def close(self) -> dict[str, int]:
-        """The end of the search: the display closed, trials.csv in (trial, seed) order; counts by status."""
-        self.progress.close()
-        return self.records.close()
+        """The end of the search: the display closed, trials.csv in (trial, seed) order, the study freed
+        for another driver; counts by status."""
+        try:
+            self.progress.close()
+            return self.records.close()
+        finally:
+            self._release_study()
+
+    def _release_study(self) -> None:
+        if self.study_lock is not None:
+            self.study_lock.release()
+            self.study_lock = None
 
     # ------------------------------------------------------------------ executors
 

@@ -42,11 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from nas_stab.search.driver import WAIT
 from nas_stab.search.ray_trial import KIND, decode_result, finite
+
+
+START_RETRIES = 2  # worker failures of a trial before it reported anything that do not spend runner.max_failures
 
 
 @dataclass
@@ -58,6 +62,9 @@ class Live:
     decision: str | None = None  # None | "pruned" | "diverged"
     told_stop: bool = False
     failures: int = 0
+    start_failures: int = 0  # failures of an attempt that reported nothing: see OptunaBridge.on_error
+    attempt_reported: bool = False  # this attempt of the trial has sent a result
+    resubmit: bool = False  # Tune gave it up although the budget allows another attempt: offered again
     error: str = ""
     last: dict = field(default_factory=dict)  # last evaluation: step, metrics
     reported: set = field(default_factory=set)
@@ -86,6 +93,7 @@ class OptunaBridge:
         self.board = board
         self.log = log
         self.live: dict[str, Live] = {}
+        self.requeued: list[Live] = []  # trials to offer Tune again, as new Tune trials (see on_error)
         self.interrupted = 0  # trials closed without a result (the driver stopped early)
         self.searcher = BridgeSearcher(self)
         self.scheduler = BridgeScheduler(self)
@@ -93,14 +101,23 @@ class OptunaBridge:
     # ---------------------------------------------------------- searcher side
 
     def suggest(self, trial_id: str):
-        """The next trial's config for Tune; Searcher.FINISHED when no more will come, None: not now."""
-        trial = self.driver.next_trial()
-        if trial is None:
-            return Searcher.FINISHED
-        if trial is WAIT:
-            return None  # Tune asks again
-        trial.ot.set_user_attr("ray_trial_id", trial_id)
-        self.live[trial_id] = Live(trial=trial)
+        """The next trial's config for Tune; Searcher.FINISHED when no more will come, None: not now.
+
+        A trial Tune gave up while the failure budget allows another attempt (`on_error`) comes first,
+        under the new Tune trial id. FINISHED only once no trial is live: until then one may still
+        have to be offered again."""
+        if self.requeued:
+            live = self.requeued.pop(0)
+        else:
+            trial = self.driver.next_trial()
+            if trial is None:
+                return None if self.live else Searcher.FINISHED
+            if trial is WAIT:
+                return None  # Tune asks again
+            live = Live(trial=trial)
+        live.trial.ot.set_user_attr("ray_trial_id", trial_id)
+        self.live[trial_id] = live
+        trial = live.trial
         return {"nas": {"params": trial.params, "seeds": [j.seed for j in trial.jobs],
                         "run_ids": [j.run_id for j in trial.jobs], **self.trial_config}}
 
@@ -108,6 +125,12 @@ class OptunaBridge:
         """Tune says the trial is over: the driver writes its rows and tells Optuna its state."""
         live = self.live.pop(trial_id, None)
         if live is None:
+            return
+        if error and live.resubmit and live.decision is None:
+            live.resubmit = False
+            self.requeued.append(live)
+            self.log(f"trial {trial_id} ({', '.join(j.run_id for j in live.jobs)}): Tune gave it up after a worker "
+                     "failure before it started (it does not retry those); offered again as a new Tune trial")
             return
         try:
             self._complete(live, result or {}, error)
@@ -155,9 +178,12 @@ class OptunaBridge:
                              error=live.error or "non-finite value reported")
         if live.decision == "pruned":
             return RunResult("pruned", metrics=metrics, steps=offset_steps)
+        # failed, or given up ("gave up": more worker failures than runner.max_failures)
         msg = live.error or "the trial's worker failed"
         return RunResult("failed", metrics=metrics, steps=offset_steps,
-                         error=f"{msg} (gave up after {live.failures} failure(s); runner.max_failures={self.spec.runner.max_failures})")
+                         error=f"{msg} (gave up after {live.failures} failure(s); runner.max_failures={self.spec.runner.max_failures}"
+                               + (f", {live.start_failures} before the trial reported anything" if live.start_failures else "")
+                               + ")")
 
     # ---------------------------------------------------------- scheduler side
 
@@ -167,6 +193,9 @@ class OptunaBridge:
         kind = result.get(KIND)
         if live is None:
             return "CONTINUE"
+        live.attempt_reported = True
+        if live.decision == "gave up":
+            return "STOP"
         if kind == "run_done":
             self._take_run_done(live, result)
             return "CONTINUE"
@@ -216,14 +245,38 @@ class OptunaBridge:
         if result.get("nas_node"):
             live.trial.ot.set_user_attr("ray_node", result["nas_node"])
 
-    def on_error(self, trial_id: str, message: str) -> None:
+    def on_error(self, trial_id: str, message: str, *, final: bool = False) -> None:
+        """A trial's worker failed; `final`: Tune will not retry it.
+
+        Tune retries a failed trial up to runner.max_failures + START_RETRIES times, but never one that
+        fails while it waits to start: with reused actors, a trial (or its retry) handed the cached actor
+        of a worker process that had died (SIGKILL of a `ray::ImplicitFunc`) failed at once and for good,
+        and the run was recorded failed. Here a failure of an attempt that had reported nothing (a *start
+        failure*) does not spend runner.max_failures, up to START_RETRIES of them, and a trial Tune gives
+        up within that budget is offered again as a new Tune trial (`resubmit`, `suggest`). Past either
+        budget the trial is given up: recorded failed (`gave_up`, `BridgeScheduler.choose_trial_to_run`)."""
         live = self.live.get(trial_id)
         if live is None:
             return
         live.failures += 1
         live.error = message
+        started = live.attempt_reported
+        live.attempt_reported = False
+        if not started:
+            live.start_failures += 1
+        real = live.failures - min(live.start_failures, START_RETRIES)
+        over = real > self.spec.runner.max_failures or live.start_failures > START_RETRIES
+        if over and live.decision is None:
+            live.decision = "gave up"  # Tune may still retry it (its budget includes START_RETRIES): it is stopped
+        elif not over and final:
+            live.resubmit = True
         # live.reported is kept: a retry replays the steps after its checkpoint exactly; they are not sent twice
-        self.log(f"trial {trial_id} ({', '.join(j.run_id for j in live.jobs)}): worker failure {live.failures}: {message}")
+        self.log(f"trial {trial_id} ({', '.join(j.run_id for j in live.jobs)}): worker failure {live.failures}"
+                 f"{'' if started else ' (before the trial reported anything)'}: {message}")
+
+    def gave_up(self, trial_id: str) -> bool:
+        live = self.live.get(trial_id)
+        return live is not None and live.decision == "gave up"
 
     # ---------------------------------------------------------- closing
 
@@ -235,6 +288,11 @@ class OptunaBridge:
                 self._close_interrupted(live)
                 n += 1
             del self.live[tid]
+        for live in self.requeued:
+            if not live.trial.closed:
+                self._close_interrupted(live)
+                n += 1
+        self.requeued.clear()
         return n
 
     def _close_interrupted(self, live: Live) -> None:
@@ -320,7 +378,17 @@ class BridgeScheduler(_Face, FIFOScheduler):
         return TrialScheduler.STOP if decision == "STOP" else TrialScheduler.CONTINUE
 
     def on_trial_error(self, tune_controller, trial) -> None:
-        self._bridge.on_error(trial.trial_id, _error_message(trial))
+        # Tune calls this after stopping a trial it retries (status ERROR, then requeued as PENDING), and
+        # before giving one up (still RUNNING, or PENDING: a failure while it waited to start)
+        self._bridge.on_error(trial.trial_id, _error_message(trial), final=trial.status != Trial.ERROR)
+
+    def choose_trial_to_run(self, tune_controller):
+        """FIFO, except that a trial given up (`OptunaBridge.on_error`) that Tune requeued is stopped
+        instead: the bridge then records it failed."""
+        for trial in list(tune_controller.get_trials()):
+            if trial.status == Trial.PENDING and self._bridge.gave_up(trial.trial_id):
+                tune_controller.stop_trial(trial)
+        return FIFOScheduler.choose_trial_to_run(self, tune_controller)
 
     def debug_string(self) -> str:
         return "nas_stab: divergence rule + Optuna pruner"

@@ -68,7 +68,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from nas_stab.search import _ray_compat
-        from nas_stab.search.ray_bridge import OptunaBridge
+        from nas_stab.search.ray_bridge import START_RETRIES, OptunaBridge
         from nas_stab.search.ray_trial import Board, trial_main
 
         r = spec.runner
@@ -82,7 +82,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         )
         bridge = OptunaBridge(spec, driver, board=board, log=rd.log,
                               trial_config={"threads": threads, "checkpoint_every": r.checkpoint_every})
-        n_trials = driver.planned  # None: as many as the job source gives
+        n_trials = driver.planned  # None: as many as the job source gives (Tune's count: the bridge says when it is done)
         fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
         fn = tune.with_resources(fn, {k: v for k, v in res.items() if v})
         name = f"{spec.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
@@ -99,7 +99,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
             tune_config=tune.TuneConfig(
                 search_alg=bridge.searcher,
                 scheduler=bridge.scheduler,
-                num_samples=-1 if n_trials is None else n_trials,
+                num_samples=-1,  # a trial given up by Tune may be offered again (ray_bridge.OptunaBridge.on_error)
                 max_concurrent_trials=r.concurrency,
                 reuse_actors=True,
                 trial_name_creator=lambda t: f"trial_{t.trial_id}",
@@ -108,7 +108,8 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
             run_config=tune.RunConfig(
                 name=name,
                 storage_path=storage_path,
-                failure_config=tune.FailureConfig(max_failures=r.max_failures),
+                # the bridge spends runner.max_failures only on failures of a trial that ran (ray_bridge.START_RETRIES)
+                failure_config=tune.FailureConfig(max_failures=r.max_failures + START_RETRIES),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 verbose=0,
             ),
@@ -119,7 +120,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
         try:
             with _quiet_tune(), (_ray_compat.driver_staging_here(rd.path / CLIENT_STAGING) if client else contextlib.nullcontext()):
                 tuner.fit()
-            clean = not bridge.live and driver.exhausted and not bridge.interrupted
+            clean = not bridge.live and not bridge.requeued and driver.exhausted and not bridge.interrupted
         finally:
             left = bridge.close_unfinished()
             if left:
@@ -136,20 +137,56 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
             raise Interrupted("Ray Tune stopped before every trial finished")
 
 
-def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """RunError unless something listens at a HOST:PORT or ray://HOST:PORT address ('auto' is Ray's to find)."""
+def check_reachable(address: str, timeout: float = 60.0) -> None:
+    """RunError unless Ray answers at a HOST:PORT or ray://HOST:PORT address within `timeout` seconds
+    (runner.connect_timeout_s; 'auto' is Ray's to find).
+
+    Something must accept the TCP connection and answer an HTTP/2 connection preface with its SETTINGS
+    frame, as the gRPC servers behind both addresses (Ray's GCS, the Ray Client server) do at once.
+    `ray.init` itself has no deadline: against a port that accepts and never answers it retried the GCS
+    connection for minutes, in native code no signal interrupts. With RAY_USE_TLS the connection is TLS
+    and only the TCP connection is checked.
+    """
     import socket
 
+    if address == "auto":  # the cluster RAY_ADDRESS or the last `ray start` names, when there is one
+        from nas_stab.search._ray_compat import cluster_address
+
+        address = cluster_address(address)
     hostport = address[len("ray://"):] if is_client_address(address) else address
     if address == "auto" or ":" not in hostport:
         return
     host, _, port = hostport.rpartition(":")
+    end = time.monotonic() + timeout
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except (OSError, ValueError) as e:
         raise RunError(f"runner.address {address!r}: nothing answers there ({getattr(e, 'strerror', None) or e}); "
                        "is the Ray head running and reachable from here?") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        sock.close()
+        return
+    got = b""
+    try:
+        with sock:
+            sock.sendall(_H2_PREFACE)
+            while len(got) < 9:
+                sock.settimeout(max(0.01, end - time.monotonic()))
+                chunk = sock.recv(9 - len(got))
+                if not chunk:
+                    break
+                got += chunk
+    except OSError:  # socket.timeout included
+        pass
+    if len(got) < 9 or got[3] != 0x04:  # the frame header of a SETTINGS frame: type 4
+        what = "did not answer" if not got else "answered, but not as a gRPC server"
+        raise RunError(f"runner.address {address!r}: something accepts connections there but {what} within "
+                       f"{timeout:g} s (runner.connect_timeout_s): it is not a Ray "
+                       f"{'Client server' if is_client_address(address) else 'head (GCS)'}; check the port")
+
+
+# an HTTP/2 client's connection preface and an empty SETTINGS frame: a gRPC server answers with its SETTINGS
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 def is_client_address(address: str | None) -> bool:
@@ -344,6 +381,8 @@ def _quiet_tune():
         "RAY_AIR_NEW_OUTPUT": "0",
         # frequent trial checkpoints force small experiment-state snapshots; that is fine, do not warn
         "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+        # a worker failure is one line in log.txt (ray_bridge.on_error), not Tune's traceback on the terminal
+        "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
     }
     old = {k: os.environ.get(k) for k in keys}
     os.environ.update(keys)

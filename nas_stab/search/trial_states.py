@@ -27,7 +27,9 @@ class _TrialAttrs:
 
 
 def open_study(spec, rd):
-    """The run's Optuna study, reconciled with trials.csv, and the runs it records by key.
+    """The run's Optuna study, reconciled with trials.csv, the runs it records by key, and the study's
+    lock (`study_lock.StudyLock`, None for the run directory's own study.db: the run directory's lock
+    covers it).
 
     Records are written (fsynced) before Optuna is told a trial finished
     (`records.write_records`), so a driver killed between the two leaves a RUNNING trial
@@ -44,20 +46,33 @@ def open_study(spec, rd):
         study = create_study(spec, url)
     except Exception as e:  # a damaged study.db, a database that refuses us: one line, not a traceback
         msg = " ".join(str(e).split())[:300]
+        if "disk is full" in msg or "No space left" in msg:
+            raise RunError(f"cannot open the Optuna storage {url}: the disk is full ({msg[:120]}); free space and "
+                           "rerun the same command to resume") from None
         raise RunError(f"cannot open the Optuna storage {url}: {type(e).__name__}: {msg}; "
                        "move the run directory aside or rerun with --fresh") from None
-    rows = {r["key"]: r for r in rd.read_trials()}
-    left = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-    attrs = _TrialAttrs(study, url) if left else None  # a second handle only when a killed driver left trials open
-    told = tell_recorded(spec, study, rows, attrs) if left else 0
-    if told:
-        rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
-    closed = cleanup_study(study, attrs) if left else 0
-    if closed:
-        msg = f"closed {closed} trial(s) left running by an interrupted run; they are trained again"
-        rd.log(msg)
-        print(msg, file=sys.stderr, flush=True)
-    return study, rows
+    lock = None
+    if spec.search.storage:  # shared beyond this run directory: hold the study before touching its trials
+        from nas_stab.search.study_lock import StudyLock
+
+        lock = StudyLock(study, rd.path, url).acquire()
+    try:
+        rows = {r["key"]: r for r in rd.read_trials()}
+        left = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        attrs = _TrialAttrs(study, url) if left else None  # a second handle only when a killed driver left trials open
+        told = tell_recorded(spec, study, rows, attrs) if left else 0
+        if told:
+            rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
+        closed = cleanup_study(study, attrs) if left else 0
+        if closed:
+            msg = f"closed {closed} trial(s) left running by an interrupted run; they are trained again"
+            rd.log(msg)
+            print(msg, file=sys.stderr, flush=True)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return study, rows, lock
 
 
 def tell_recorded(spec, study, rows: dict, attrs: _TrialAttrs) -> int:

@@ -44,7 +44,7 @@ def make_run(root: Path, rows: list[dict], *, spec: dict | None = None, history:
     (d / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     out = []
     for i, r in enumerate(rows):
-        rec = {"trial": i, "seed": r.get("seed", 0), "status": r.get("status", "complete"), "run_id": f"r{i:04d}"}
+        rec = {"trial": i, "seed": r.get("seed", 0), "status": r.get("status", "complete"), "run_id": f"t{i:05d}-s{r.get('seed', 0)}"}
         rec.update({k: v for k, v in r.items() if k not in rec})
         rec.setdefault("objective", rec.get(spec["search"]["objective"], math.nan))
         for m in STAB:
