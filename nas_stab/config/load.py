@@ -230,6 +230,9 @@ _ADDED_KEYS = (  # (section, key, when it applies)
     ("model", "tau_exponent", lambda spec: spec.model.tau_exponent is not None),
     ("model", "stages", lambda spec: spec.model.stages != 3),
     ("model", "layer_skip", lambda spec: spec.model.layer_skip),
+    ("model", "base_width", lambda spec: spec.model.base_width is not None),
+    ("model", "base_depth", lambda spec: spec.model.base_depth is not None),
+    ("model", "readout_zero_init", lambda spec: spec.model.readout_zero_init),
 )
 
 
