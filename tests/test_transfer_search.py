@@ -704,7 +704,9 @@ def test_a_bracketed_transfer_search_through_the_ray_runner(tmp_path):
         ray.shutdown()
     spec = loads_spec(BRACKETED)
     got = rows(d)
-    assert set(counts) == {"complete"} and len({r["key"] for r in got}) == len(got)
+    # pruner: sweep may stop a run once three other lrs of its sweep are better (sweeps that follow a plateau
+    # have that many); nothing fails or diverges, and nothing is trained twice
+    assert set(counts) <= {"complete", "pruned"} and "complete" in counts and len({r["key"] for r in got}) == len(got)
     trials = outer_study(d).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     for t in trials:
