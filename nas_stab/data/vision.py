@@ -11,10 +11,11 @@ and the train/validation split are deterministic given `split_seed`.
   `download: true` fetches it through torchvision.
 - imagefolder: `root/train/<class>/*`, `root/test/<class>/*` (optionally
   `root/val/<class>/*`), or a `.tar.gz`/`.tgz`/`.tar` of that layout (a
-  single top folder inside the archive is fine), e.g.
-  `../shared/data/cifar10-jpeg.tar.gz`. Decoded once (torchvision's batched
-  libjpeg decoder: ~2x faster than PIL here; a process pool gained nothing on
-  this shared 2-core machine) into `cache_dir()/imagefolder-<key>.pt`, keyed
+  single top folder inside the archive is fine): put the archive or folder
+  anywhere and point `task.dataset.root` at it (relative paths are taken from
+  the experiment file's directory), e.g. `root: data/cifar10-jpeg.tar.gz`.
+  Decoded once (torchvision's batched libjpeg decoder: ~2x faster than PIL; a
+  process pool gained nothing on a 2-core machine) into `cache_dir()/imagefolder-<key>.pt`, keyed
   by the archive's path, size and mtime (for a directory: every file's).
 """
 from __future__ import annotations

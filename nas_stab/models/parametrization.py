@@ -138,8 +138,7 @@ def apply(model: nn.Module, spec, info, build) -> list[str]:
             if c["kind"] == "readout" and m.readout_zero_init:
                 p.zero_()
             setattr(p, LR_MULT, mult)
-    r_in = next(c["r_in"] for n, c in kinds.items() if c["kind"] == "readout") if any(
-        c["kind"] == "readout" for c in kinds.values()) else 1.0
+    r_in = next((c["r_in"] for c in kinds.values() if c["kind"] == "readout"), 1.0)
     head = model.get_submodule(readout)
     if r_in != 1.0:
         head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))

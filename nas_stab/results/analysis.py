@@ -67,7 +67,7 @@ class Settings:
     margin: float  # a cell trains when its seed-mean beats m0 by more than this
     m0_source: str  # how m0 was chosen (for the provenance)
     tolerance: float = 1.0  # leaderboard.tolerance_octaves
-    epsilon: float | str = "3%"  # leaderboard.epsilon: the regret a "yes" allows
+    epsilon: float | str = DEFAULT_EPSILON  # leaderboard.epsilon: the regret a "yes" allows
     criterion: str = "regret"  # leaderboard.criterion: regret | drift
     other_keys: tuple[str, ...] = ()  # searched keys averaged over inside a cell
     n_boot: int = 1000
@@ -180,6 +180,9 @@ def analyze(
     """
     compare = tuple(compare or ())
     notes: list[str] = []
+    if criterion not in CRITERIA:
+        raise RunError(f"leaderboard criterion {criterion!r} is not one of {', '.join(CRITERIA)}")
+    eps_rel, eps_abs = parse_epsilon(DEFAULT_EPSILON if epsilon is None else epsilon)
     if metric not in trials.columns:
         have = [c for c in trials.columns if c in metrics.OBJECTIVES]
         raise RunError(f"trials have no column {metric!r} (the leaderboard metric); metric columns: {', '.join(have) or 'none'}")
@@ -307,12 +310,9 @@ def analyze(
     for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi"):
         rows[c] = rows[c].mask(no_ref, m0)
     rows["margin"] = margin
-    if criterion not in CRITERIA:
-        raise RunError(f"leaderboard criterion {criterion!r} is not one of {', '.join(CRITERIA)}")
-    eps_rel, eps_abs = parse_epsilon(DEFAULT_EPSILON if epsilon is None else epsilon)
     gap = (sign * (rows["best"] - m0)).clip(lower=0.0)
     rows["epsilon"] = eps_abs if eps_rel is None else eps_rel * gap
-    rows = rows.join(_largest_size(cells, lr_float, sign, m0, margins))
+    rows = rows.join(_largest_size(cells, lr_float))
     verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer), criterion=criterion)
 
     # labels, sizes and ranking
@@ -375,7 +375,7 @@ def _bracket_ends(df: pd.DataFrame, label_codes: np.ndarray, size_codes: np.ndar
     return [" / ".join(sorted(by.get((k, s), ()))) for k, s in zip(sizes["_k"].tolist(), sizes["_s"].tolist())]
 
 
-def _largest_size(cells: pd.DataFrame, lr_float: np.ndarray, sign: float, m0: float, margins: np.ndarray) -> pd.DataFrame:
+def _largest_size(cells: pd.DataFrame, lr_float: np.ndarray) -> pd.DataFrame:
     """Per row, at its largest size: the share of runs diverged and the width in octaves of the lr window in
     which it trains (from its smallest to its largest lr that trains; 0 with one), for the ranking."""
     last = cells.groupby("_k")["_s"].transform("max") == cells["_s"]

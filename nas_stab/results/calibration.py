@@ -32,6 +32,7 @@ FAMILIES = ("peak", "asym", "cliff", "edge", "ceiling", "quartic", "plateau", "h
             "missing", "merged")
 GRIDS = ("quarter", "half", "one", "irregular")
 _SPAN = 6.0  # octaves the grid spans
+LR0 = 0.001  # the learning rate at x = 0 of the simulated grids
 
 
 @dataclass(frozen=True)
@@ -120,24 +121,20 @@ def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.Da
         frame = pd.DataFrame({
             "setting": si, "table": t.ravel(), "seed": seed_id.ravel(),
             "status": np.where(div.ravel(), "diverged", "complete"),
-            "model.width": (2 ** sz).ravel(), "train.lr": 0.001 * np.exp2(x[lr.ravel()]),
+            "model.width": (2 ** sz).ravel(), "train.lr": LR0 * np.exp2(x[lr.ravel()]),
             "val_acc": np.where(div.ravel(), np.nan, val.ravel()),
         })
         frames.append(frame[keep.ravel()])
-        truths[si] = {**truth(s, xs, x), "xs": xs, "cliff": cliff}
+        truths[si] = {**truth(s, xs), "xs": xs, "cliff": cliff}
     return pd.concat(frames, ignore_index=True), truths
 
 
-def truth(s: Setting, xs: np.ndarray, grid: np.ndarray) -> dict:
+def truth(s: Setting, xs: np.ndarray) -> dict:
     """True per-size optima (log2 lr; NaN on a plateau, where the optimum is not a point), drift and the worst
     size's regret of carrying the smallest size's optimum (regret: NaN on a plateau's own flat top)."""
-    off = np.log2(0.001)
-    fine = np.linspace(grid.min() - 1, grid.max() + 1, 4001)
     T = xs.shape[0]
     xstar = xs.copy()  # with "edge", the supremum of the lrs that train
-    best = np.array([_curve(s.family, fine, 0.0).max()])[0]
-    if s.family == "edge":
-        best = _curve(s.family, np.array(0.0), 0.0)
+    best = _best(s.family)
     x_ref = xs[:, :1]  # the smallest size's optimum (a plateau's centre is one of its optima)
     at = _curve(s.family, x_ref, xs)
     if s.family == "edge":
@@ -151,20 +148,23 @@ def truth(s: Setting, xs: np.ndarray, grid: np.ndarray) -> dict:
         regret = np.maximum(best - _curve(s.family, cand, xs[..., None]), 0.0).min(-1)
         xstar = np.full_like(xs, np.nan)
         drift = np.full(T, np.nan)
-    return {"xstar": xstar + off, "drift": drift, "worst": regret.max(1), "regret": regret}
+    return {"xstar": xstar + np.log2(LR0), "drift": drift, "worst": regret.max(1), "regret": regret}
+
+
+def _best(family: str) -> float:
+    """The true best value of a family's curve, over the lrs that train (below the cliff of "edge")."""
+    fine = np.linspace(-4, 4, 3201)
+    top = _curve(family, fine, 0.0)
+    return float(np.where(fine <= 0, top, -np.inf).max() if family == "edge" else top.max())
 
 
 def carried_regret(s: Setting, tr: dict, x_ref: np.ndarray) -> np.ndarray:
     """The true regret [table, size] of carrying x_ref[table] (log2 lr as the trials hold it) to every size: the
     size's true best minus its true curve there (chance where it diverges there)."""
-    x = (np.asarray(x_ref, dtype=float) - np.log2(0.001))[:, None]
+    x = (np.asarray(x_ref, dtype=float) - np.log2(LR0))[:, None]
     xs, cliff = tr["xs"], tr["cliff"]
     at = np.where(_diverges(s.family, x, xs, cliff), CHANCE, _curve(s.family, x, xs))
-    fine = np.linspace(-4, 4, 3201)
-    top = _curve(s.family, fine, 0.0)
-    if s.family == "edge":
-        top = np.where(fine <= 0, top, -np.inf)
-    return np.maximum(top.max() - at, 0.0)
+    return np.maximum(_best(s.family) - at, 0.0)
 
 
 def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed: int = 0, *,

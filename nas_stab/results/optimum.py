@@ -283,8 +283,10 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     xj = X[kk, j]
     x_below = np.where(below >= 0, X[kk, np.clip(below, 0, L - 1)], np.nan)
     x_above = np.where(above < L, X[kk, np.clip(above, 0, L - 1)], np.nan)
-    tr_below = np.where(below >= 0, _take(P * sign, np.clip(below, 0, L - 1)) > thr + EPS, False)
-    tr_above = np.where(above < L, _take(P * sign, np.clip(above, 0, L - 1)) > thr + EPS, False)
+    SP = sign * P  # seed-mean curves in metric direction
+    yj = _take(SP, j)
+    tr_below = np.where(below >= 0, _take(SP, np.clip(below, 0, L - 1)) > thr + EPS, False)
+    tr_above = np.where(above < L, _take(SP, np.clip(above, 0, L - 1)) > thr + EPS, False)
     reach_lo = np.where(np.isfinite(x_below), xj - np.where(tr_below, 0.5, 1.0) * (xj - x_below), -np.inf)
     reach_hi = np.where(np.isfinite(x_above), xj + np.where(tr_above, 0.5, 1.0) * (x_above - xj), np.inf)
     unrefined = trains & ~point["curved"][0]
@@ -306,8 +308,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     gain = np.zeros((K, S))
     for side_x, side_ok, other_idx, other_ok in ((x_above, tr_above, below, tr_below), (x_below, tr_below, above, tr_above)):
         ox = np.where((other_idx >= 0) & (other_idx < L), X[kk, np.clip(other_idx, 0, L - 1)], np.nan)
-        oy = np.where((other_idx >= 0) & (other_idx < L), _take(P * sign, np.clip(other_idx, 0, L - 1)), np.nan)
-        yj = _take(P * sign, j)
+        oy = np.where((other_idx >= 0) & (other_idx < L), _take(SP, np.clip(other_idx, 0, L - 1)), np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             rise = (yj - oy) / np.abs(xj - ox) * np.abs(side_x - xj)
         hidden = unrefined & np.isfinite(side_x) & ~side_ok
@@ -421,25 +422,25 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
         var = np.nanvar(at, axis=-1, ddof=1)
         rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
-    kk_, ss = np.nonzero(present)
+    ki, ss = np.nonzero(present)
     by = cells.groupby(["_k", "_s"]).agg(n_div=("n_diverged", "sum"), n_runs=("n_runs", "sum"))
-    all_div = (by["n_div"] == by["n_runs"]).reindex(pd.MultiIndex.from_arrays([kk_, ss])).to_numpy()
-    cens = point["cens"][0][kk_, ss]
-    grid_l = Lc[kk_, j[kk_, ss]]
-    xs0 = point["xstar"][0][kk_, ss]
+    all_div = (by["n_div"] == by["n_runs"]).reindex(pd.MultiIndex.from_arrays([ki, ss])).to_numpy()
+    cens = point["cens"][0][ki, ss]
+    grid_l = Lc[ki, j[ki, ss]]
+    xs0 = point["xstar"][0][ki, ss]
     if reps:
         dlo, dhi = _interval(reps["d"], np.minimum(n_rest, n_rest[np.arange(K), ref][:, None]), ci, floor=0.0)
     else:
         dlo = dhi = np.full((K, S), np.nan)
     sizes = pd.DataFrame({
-        "_k": kk_, "_s": ss, "x_star": xs0, "x_lo": xlo[kk_, ss], "x_hi": xhi[kk_, ss], "best_lr": np.exp2(xs0),
+        "_k": ki, "_s": ss, "x_star": xs0, "x_lo": xlo[ki, ss], "x_hi": xhi[ki, ss], "best_lr": np.exp2(xs0),
         "grid_lr": lr_float[grid_l],
         "censored": np.where(cens == -1, "<=", np.where(cens == 1, ">=", np.where(cens == 2, "=", ""))),
-        "refined": point["curved"][0][kk_, ss], "seeds": n_size[kk_, ss], "rest_seeds": n_rest[kk_, ss],
-        "trains": trains[kk_, ss], "all_diverged": all_div,
-        "m_star": sign * point["ystar"][0][kk_, ss],
-        "regret": point["d"][0][kk_, ss], "regret_lo": dlo[kk_, ss], "regret_hi": dhi[kk_, ss],
-        "at_transfer": point["at"][0][kk_, ss],
+        "refined": point["curved"][0][ki, ss], "seeds": n_size[ki, ss], "rest_seeds": n_rest[ki, ss],
+        "trains": trains[ki, ss], "all_diverged": all_div,
+        "m_star": sign * point["ystar"][0][ki, ss],
+        "regret": point["d"][0][ki, ss], "regret_lo": dlo[ki, ss], "regret_hi": dhi[ki, ss],
+        "at_transfer": point["at"][0][ki, ss],
     })
     sizes.loc[~sizes["trains"], "censored"] = ""
     return rows, sizes
