@@ -10,8 +10,8 @@ import math
 STATUSES = ("complete", "pruned", "diverged", "failed")
 
 TASK_METRICS = {
-    "classification": ("train_loss", "init_loss", "val_loss", "val_acc", "test_acc"),
-    "translation": ("train_loss", "init_loss", "val_loss", "bleu", "test_bleu"),
+    "classification": ("train_loss", "train_loss_tail", "init_loss", "val_loss", "val_acc", "test_acc"),
+    "translation": ("train_loss", "train_loss_tail", "init_loss", "val_loss", "bleu", "test_bleu"),
 }
 
 # Stability metrics, each at init (init_ prefix) and at the end (final_ prefix); docs/metrics.md defines them.
@@ -27,7 +27,18 @@ DIVERGED_WHY = ("forward_explosion_at_init", "eos_above_1", "loss_spike", "attn_
                 "nonfinite_gradient", "nonfinite_forward", "nonfinite_loss", "loss_above_threshold")
 
 MAXIMIZE = {"val_acc", "test_acc", "bleu", "test_bleu"}
-MINIMIZE = {"train_loss", "init_loss", "val_loss", "max_update_ratio", "loss_spikes"}
+MINIMIZE = {"train_loss", "train_loss_tail", "init_loss", "val_loss", "max_update_ratio", "loss_spikes"}
+
+
+TAIL_SHARE = 10  # train_loss_tail: the mean training-batch loss over the last 1/TAIL_SHARE of the steps taken
+
+
+def tail_loss(losses: dict[int, float], step: int) -> float:
+    """`train_loss_tail` at `step`: the mean of the logged training-batch losses (``{step: loss}``) over
+    the last tenth of the steps taken (at least the last one); NaN without any."""
+    first = step - max(1, step // TAIL_SHARE)
+    vals = [v for s, v in losses.items() if first < s <= step]
+    return math.fsum(vals) / len(vals) if vals else math.nan
 
 
 def stability_metrics(task_kind: str) -> tuple[str, ...]:

@@ -81,6 +81,25 @@ def test_train_run_bit_identical_to_golden(name):
     assert got == want
 
 
+def test_train_loss_tail_is_the_mean_of_the_last_tenth_of_the_steps():
+    from nas_stab.metrics import tail_loss
+
+    losses = {s: float(s) for s in range(1, 101)}
+    assert tail_loss(losses, 100) == sum(range(91, 101)) / 10  # steps 91..100
+    assert tail_loss(losses, 50) == sum(range(46, 51)) / 5  # mid-run: the tenth of the steps taken so far
+    assert tail_loss(losses, 5) == 5.0  # fewer than ten steps: the last one
+    assert tail_loss({10: 1.0, 20: 3.0}, 20) == 3.0  # logged every 10th step: only what lies in the tail
+    assert math.isnan(tail_loss({}, 10))
+    # a run's record: the mean of its history's losses over the last tenth
+    run = json.loads(GOLDEN.read_text())["runs"]
+    for name, r in run.items():
+        if r["status"] != "complete":
+            continue
+        hist = {int(h["step"]): h["train_loss"] for h in r["history"] if "train_loss" in h}
+        last = max(hist)
+        assert math.isclose(r["metrics"]["train_loss_tail"], tail_loss(hist, last)), name
+
+
 def _platform() -> list[str]:
     import torch
 

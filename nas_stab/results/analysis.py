@@ -49,7 +49,7 @@ __all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_lear
 
 _ACC = ("val_acc", "test_acc")
 _BLEU = ("bleu", "test_bleu")
-_LOSS = ("train_loss", "val_loss", "test_loss")
+_LOSS = ("train_loss", "train_loss_tail", "val_loss", "test_loss")
 BLEU_SHARE = 0.2  # a BLEU cell trains only at this share of the table's best BLEU at its size (docs/leaderboard.md)
 
 

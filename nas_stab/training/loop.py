@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from nas_stab.metrics import STABILITY_METRICS
+from nas_stab.metrics import STABILITY_METRICS, tail_loss
 from nas_stab.models import build_model
 from nas_stab.stability import DivergenceRule, Prober, diverged_why, explain_nonfinite, reference_loss
 from nas_stab.tasks import load_task
@@ -25,6 +25,11 @@ from nas_stab.training.optim import build_optimizer, total_steps
 from nas_stab.training.step import schedule_lr, train_step
 
 SPIKE_WINDOW, SPIKE_SIGMAS = 128, 6.0
+
+
+def _tail(history: dict[int, dict], step: int) -> float:
+    """train_loss_tail at `step` from the logged losses (docs/run-directory.md)."""
+    return tail_loss({s: h["train_loss"] for s, h in history.items() if "train_loss" in h}, step)
 
 
 def _mean_plus_sigmas(w, k: float) -> float:
@@ -195,9 +200,10 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
                     break
                 metrics.update(ev)
                 metrics["train_loss"] = loss_value
+                metrics["train_loss_tail"] = _tail(history, step)
                 history.setdefault(step, {"step": step}).update(ev)
                 if reporter:
-                    reporter(step, {**ev, "train_loss": loss_value})
+                    reporter(step, {**ev, "train_loss": loss_value, "train_loss_tail": metrics["train_loss_tail"]})
             if checkpoint and checkpoint.every and step % checkpoint.every == 0:
                 checkpoint.save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -227,6 +233,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             history.setdefault(total, {"step": total}).update(final_val)  # the last validation point is in the history too
             metrics.update(task.evaluate(model, "test"))
             metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
+            metrics["train_loss_tail"] = _tail(history, total)
     if result.status in ("complete", "pruned"):
         snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
         metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
