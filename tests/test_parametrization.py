@@ -25,10 +25,13 @@ train: {{optimizer: {opt}, lr: 1.0, weight_decay: 0.1}}
 INFO = DataInfo("mnist1d", (40,), 10)
 
 
+IMAGES = DataInfo("cifar10", (3, 8, 8), 10)
+
+
 def build(width, param="mup", opt="adam", arch="mlp_resnet", depth=2, branches=1):
     spec = loads_spec(SPEC.format(arch=arch, depth=depth, width=width, param=param, opt=opt, branches=branches))
     torch.manual_seed(0)
-    return build_model(spec, INFO), spec
+    return build_model(spec, IMAGES if arch == "resnet" else INFO), spec
 
 
 def lrs_by_name(model, opt):
@@ -36,12 +39,13 @@ def lrs_by_name(model, opt):
     return {ids[id(p)]: (g["lr"], g["weight_decay"]) for g in opt.param_groups for p in g["params"]}
 
 
-@pytest.mark.parametrize("arch,branches", [("mlp_resnet", 1), ("mlp_resnet", 4), ("mlp", 1)])
+@pytest.mark.parametrize("arch,branches", [("mlp_resnet", 1), ("mlp_resnet", 4), ("mlp", 1), ("resnet", 1), ("resnet", 2)])
 @pytest.mark.parametrize("opt", ["adam", "sgd"])
 def test_learning_rates_are_the_mup_packages(arch, branches, opt):
-    ours, spec = build(64, "mup", opt, arch=arch, branches=branches)
-    sp, _ = build(64, "sp", opt, arch=arch, branches=branches)
-    base, _ = build(16, "sp", opt, arch=arch, branches=branches)
+    depth = 8 if arch == "resnet" else 2
+    ours, spec = build(64, "mup", opt, arch=arch, branches=branches, depth=depth)
+    sp, _ = build(64, "sp", opt, arch=arch, branches=branches, depth=depth)
+    base, _ = build(16, "sp", opt, arch=arch, branches=branches, depth=depth)
     mup.set_base_shapes(sp, base, rescale_params=False, do_assert=False)
     ref = (mup.MuAdam if opt == "adam" else mup.MuSGD)(sp.parameters(), lr=1.0, weight_decay=0.1)
     want = lrs_by_name(sp, ref)
@@ -51,7 +55,7 @@ def test_learning_rates_are_the_mup_packages(arch, branches, opt):
         assert got[name][0] == pytest.approx(want[name][0]), (name, got[name], want[name])
         assert got[name][1] == pytest.approx(want[name][1]), (name, got[name], want[name])
     # the rules themselves (TP-V Table 3): Adam's hidden lr 1/r, SGD's input and readout lr r, r = 64 / 16
-    hidden = "W.weight" if arch == "mlp_resnet" else "blocks.1.layer.weight"
+    hidden = {"mlp_resnet": "W.weight", "mlp": "blocks.1.layer.weight", "resnet": "blocks.0.branch.layers.0.weight"}[arch]
     if hidden in got:
         assert got[hidden][0] == pytest.approx(0.25 if opt == "adam" else 1.0)
 
@@ -97,6 +101,33 @@ def test_init_scaling_laws_are_the_mup_packages():
     assert o_large["mult"] == pytest.approx(small / large)
 
 
+def test_the_resnets_init_follows_the_mup_rules():
+    """The convolutional ResNet under muP, widths 16 (the base) and 64, r = 4: the stem (3 input channels: an
+    input weight) keeps its std, hidden convolutions' std falls like 1/sqrt(r), the head keeps its std and
+    reads its input / r."""
+    small, _ = build(16, "mup", arch="resnet", depth=8)
+    large, _ = build(64, "mup", arch="resnet", depth=8)
+    sp, _ = build(64, "sp", arch="resnet", depth=8)
+    w = {n: p for n, p in large.named_parameters()}
+    w0 = {n: p for n, p in small.named_parameters()}
+    stem, conv, head = "stem.weight", "blocks.0.branch.layers.0.weight", "head.weight"
+    std = lambda t: t.std().item()  # noqa: E731
+    assert std(w[stem]) == pytest.approx(std(w0[stem]), rel=0.2)  # 432 vs 108 entries
+    assert std(w[stem]) == pytest.approx(2.0 * std(dict(sp.named_parameters())[stem]), rel=0.2)  # SP's fan-out He: / sqrt(4)
+    assert std(w[conv]) == pytest.approx(std(w0[conv]) / 2.0, rel=0.1)
+    assert std(w[head]) == pytest.approx(std(w0[head]), rel=0.25)
+    assert large.head._nas_output_mult == pytest.approx(16 / 64)
+    seen = {}
+    large.head.register_forward_pre_hook(lambda mod, args: seen.setdefault("pooled", args[0]), prepend=True)
+    out = large(torch.randn(2, 3, 8, 8))
+    assert torch.allclose(out, nn.functional.linear(seen["pooled"] * 0.25, large.head.weight, large.head.bias))
+    from nas_stab.models.parametrization import classify
+
+    kinds = {n: c["kind"] for n, c in classify(large, build(16, "sp", arch="resnet", depth=8)[0], "head").items()}
+    assert kinds == {stem: "vector", "head.weight": "readout", "head.bias": "fixed",
+                     **{n: "hidden" for n in kinds if n.startswith("blocks.")}}
+
+
 def test_sp_is_untouched_and_mup_equals_sp_at_the_base_width():
     sp, _ = build(16, "sp")
     mu, _ = build(16, "mup")
@@ -131,8 +162,8 @@ def test_depth_mup_scales_the_branches_and_adams_block_lrs():
 def test_unsupported_architectures_are_refused_at_validation():
     from nas_stab.errors import SpecError
 
-    with pytest.raises(SpecError, match="parametrization.*not yet for 'resnet'"):
-        loads_spec("name: r\ntask: {dataset: {name: digits}}\nmodel: {arch: resnet, depth: 8, parametrization: mup}\n")
+    with pytest.raises(SpecError, match="parametrization.*not yet for 'resnext'"):
+        loads_spec("name: r\ntask: {dataset: {name: digits}}\nmodel: {arch: resnext, depth: 11, parametrization: mup}\n")
 
 
 def test_a_searched_width_needs_a_base_width():

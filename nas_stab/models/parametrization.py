@@ -29,8 +29,11 @@ Depth-muP (Yang et al. 2023, "Tensor Programs VI"; Bordelon et al. 2023) adds, r
 parameter inside the residual blocks multiplied by sqrt(L0 / L) (SGD's stays: TP-VI's alpha = 1/2, gamma =
 1/2 for Adam, gamma = 0 for SGD).
 
-Supported: the MLP family (`mlp`, `mlp_resnet`) in weight space; other architectures are refused by
-validation (`check`) with the reason.
+Supported: the MLP family (`mlp`, `mlp_resnet`) and the convolutional `resnet` in weight space; other
+architectures are refused by validation (`check`) with the reason. A convolution's weight ``[out, in, k, k]``
+follows the same rules as a linear one (its kernel dims do not grow with width), as in the `mup` package: the
+resnet's stem (3 input channels) is an input weight, its convolutions hidden weights, its linear head the
+readout; BatchNorm's and LayerNorm's gains and biases are vectors.
 """
 from __future__ import annotations
 
@@ -44,8 +47,8 @@ from torch import nn
 __all__ = ["LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify"]
 
 WIDTH_FORMS = ("mup", "depth_mup")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
-SUPPORTED = ("mlp", "mlp_resnet")
-READOUT = {"mlp": "head", "mlp_resnet": "B"}  # the module whose output is the logits
+SUPPORTED = ("mlp", "mlp_resnet", "resnet")
+READOUT = {"mlp": "head", "mlp_resnet": "B", "resnet": "head"}  # the module whose output is the logits
 LR_MULT = "_nas_lr_mult"  # the attribute build_optimizer reads on a parameter (default 1)
 
 

@@ -75,6 +75,7 @@ class CifarResNet(StableModel):
         self.final_norm = make_norm(cfg.norm, cin, conv=True, ln_mode=cfg.ln_mode) if self.preact else None
         self.head = nn.Linear(cin, classes)
         nn.init.normal_(self.head.weight, 0.0, cin ** -0.5)
+        self.head.weight._nas_fan, self.head.weight._nas_gain = cin, 1.0  # its SP init, for muP (parametrization.py)
         nn.init.zeros_(self.head.bias)
         if cfg.init == "fixup":
             fixup_classifier_(self.head)
