@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from nas_stab.textfmt import duration
 
+PLANNED = ("grid", "bracket")  # samplers whose configurations are known before the run (bracket: its start grid)
 MAX_CONFIGS = 256  # distinct model configurations sized (a larger grid: evenly spaced sample)
 ROUNDS = 3
 STEPS_PER_ROUND = 4
@@ -52,7 +53,8 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
     configs = _configs(spec)  # [(resolved spec, runs of it)]
     steps_of = [_steps(c, task) for c, _ in configs]
     total_steps = sum(s * n for s, (_, n) in zip(steps_of, configs))
-    if spec.search.sampler != "grid":
+    planned = spec.search.sampler in PLANNED
+    if not planned:
         total_steps = runs * _steps(spec, task)
     line = f"cost: {runs} runs, {total_steps:,} optimizer steps"
     if not timed:
@@ -70,7 +72,7 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
         f = (proxy - lo.proxy) / (hi.proxy - lo.proxy)
         return pick(lo) + f * (pick(hi) - pick(lo))
 
-    if spec.search.sampler == "grid":
+    if planned:
         secs = [sum(ms_at(p, pick) * s * n for p, s, (_, n) in zip(proxies, steps_of, configs)) / 1000
                 for pick in (lambda x: min(x.ms), lambda x: x.median, lambda x: max(x.ms))]
     else:  # sampled: the configurations are not known yet; bound by the cheapest and the dearest
@@ -84,7 +86,8 @@ def estimate_cost(spec, runs: int, *, timed: bool = True) -> str:
         out.append(f"  {'cheapest' if x is lo else 'dearest '} {x.label}: {x.median:.1f} ms/step (rounds {spread})")
     rng = f"{duration(secs[0])}-{duration(secs[2])}"
     wall = f"; ~{duration(secs[1] / at_once)} wall at {at_once} runs at once" if at_once > 1 else ""
-    kind = "" if spec.search.sampler == "grid" else " (sampled configurations: between the cheapest and the dearest)"
+    kind = {"grid": "", "bracket": " (the bracket's start grid: extending and refining each sweep adds runs)"}.get(
+        spec.search.sampler, " (sampled configurations: between the cheapest and the dearest)")
     out.append(f"  -> ~{duration(secs[1])} of training (range {rng} over the rounds){wall}{kind}; probes and evaluation extra")
     return "\n".join(out)
 
@@ -94,7 +97,7 @@ def _configs(spec) -> list[tuple[object, int]]:
     from nas_stab.search.plan import base_lookup
     from nas_stab.config import resolve
 
-    if spec.search.sampler != "grid" or not spec.space.dims:
+    if spec.search.sampler not in PLANNED or not spec.space.dims:
         return [(spec, len(spec.seeds))]
     points = spec.space.grid(base_lookup(spec))
     groups: dict[str, list] = {}

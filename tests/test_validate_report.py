@@ -101,3 +101,20 @@ space:
     assert lines[1].startswith("  cheapest depth=1, width=8: ") and "(rounds " in lines[1], text
     assert lines[2].startswith("  dearest  depth=4, width=64: "), text
     assert "of training (range " in lines[3], text
+    # a bracket search's configurations are its start grid's: timed the same way, and said to grow
+    bracket = loads_spec("""\
+name: cost
+seeds: 2
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 16}
+train: {lr: 0.05, steps: 10, batch_size: 32}
+space:
+  model.width: [8, 64]
+  train.lr: {log_grid: [0.01, 0.1, 3]}
+search: {sampler: bracket}
+leaderboard: {transfer: model.width}
+""")
+    lines = estimate_cost(bracket, 12).splitlines()
+    assert lines[0].startswith("cost: 12 runs, 120 optimizer steps"), lines
+    assert lines[1].startswith("  cheapest width=8: ") and lines[2].startswith("  dearest  width=64: "), lines
+    assert "the bracket's start grid" in lines[3], lines
