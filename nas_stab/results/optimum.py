@@ -216,15 +216,22 @@ def _bootstrap(V, P, X, n_size, *, sign, thr, U, ref, no_parabola, n_boot, seed)
     return {k: np.concatenate(v, axis=0) for k, v in out.items()}
 
 
-def _interval(arr: np.ndarray, n, ci: float, floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _interval(arr: np.ndarray, n, ci: float, floor: float | None = None, semi: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The percentile interval of replicates `arr` [R, ...] widened for the seed count n (broadcast;
-    NaN where n < 2)."""
+    NaN where n < 2). `semi`: each end widened by the replicates' deviation on its own side of the median
+    (a skewed statistic keeps its skew)."""
     alpha = (1 - ci) / 2
-    with _quiet():
-        sd = np.nanstd(arr, axis=0, ddof=1)
     q_lo, q_mid, q_hi = _nanquantiles(arr, (alpha, 0.5, 1 - alpha))
     n = np.broadcast_to(n, q_mid.shape)
-    lo, hi = widen(q_lo, q_hi, q_mid, np.nan_to_num(sd), np.maximum(n, 2), ci, floor=floor)
+    with _quiet():
+        if semi:
+            dev = arr - q_mid[None]
+            sd_lo = np.sqrt(2 * np.nanmean(np.minimum(dev, 0.0) ** 2, axis=0))
+            lo = widen(q_lo, q_hi, q_mid, np.nan_to_num(sd_lo), np.maximum(n, 2), ci, floor=floor)[0]
+            hi = widen(q_lo, q_hi, q_mid, np.nan_to_num(np.nanstd(arr, axis=0, ddof=1)), np.maximum(n, 2), ci, floor=floor)[1]
+        else:
+            sd = np.nanstd(arr, axis=0, ddof=1)
+            lo, hi = widen(q_lo, q_hi, q_mid, np.nan_to_num(sd), np.maximum(n, 2), ci, floor=floor)
     lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
     few = n < 2
     return np.where(few, np.nan, lo), np.where(few, np.nan, hi)
@@ -350,14 +357,18 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
                              ("score", "transfer_score", None), ("worst_at", "transfer_worst", None)):
         rows[col] = point[name][0]
         if reps:
-            lo, hi = _interval(reps[name], n_row, ci, floor=floor)
+            lo, hi = _interval(reps[name], n_row, ci, floor=floor, semi=floor is not None)
             if floor is not None:
-                # a regret is a difference from a maximum, biased upward by the noise (most near 0, on flat tops):
-                # the replicates carry that bias twice, so each end is also reflected about the estimate (the basic
-                # bootstrap interval) and the lower end takes the lower, the upper end the lower of the two
+                # a regret is a difference from a maximum, biased upward by the noise (most near 0, on flat tops).
+                # Its replicates are skewed: the lower end is widened by their deviation below the median only (a
+                # long upper tail, as a regret far from 0 has, does not pull it down), and it takes the lower of that,
+                # the one-sided bound at the ci level and the percentile end shifted down by twice the replicates'
+                # bias (their median above the estimate: the replicates carry the maximum's bias twice)
                 th = point[name][0]
-                lo = np.minimum(lo, _interval(reps[name], n_row, 1 - (1 - ci) / 2, floor=floor)[0])  # one-sided at the ci level
-                lo = np.maximum(np.minimum(lo, 2 * th - hi), floor)
+                lo = np.minimum(lo, _interval(reps[name], n_row, 1 - (1 - ci) / 2, floor=floor, semi=True)[0])
+                with _quiet():
+                    bias = np.nanmedian(reps[name], 0) - th
+                lo = np.maximum(np.minimum(lo, lo - 2 * np.clip(bias, 0.0, None)), floor)
                 # the upper end is reflected only where the regret is not told from 0 (there the bias of the maximum
                 # dominates; away from 0 a regret's replicates are skewed the other way, on flat tops most)
                 hi = np.where(lo <= floor, np.maximum(np.minimum(hi, 2 * th - lo), th), hi)
