@@ -211,3 +211,30 @@ def test_coordinate_check_sp_grows_with_width_mup_stays_flat(tmp_path):
     init = {(r["model.parametrization"], r["model.width"]): float(r["init_fwd_norm.1"]) for r in rows if r["seed"] == "0"}
     assert init[("mup", "512")] / init[("mup", "32")] == pytest.approx(1.0, rel=0.25)
     assert init[("sp", "512")] / init[("sp", "32")] < 0.5
+
+
+def test_stam_is_mups_init_over_branches_but_not_its_adam_update():
+    """STAM meets muP (benchmarks/bench_stam_mup.py, leaderboards/README.md): over the branch count C, STAM's
+    1/sqrt(C) keeps the branch sum's RMS flat at init, as muP's hidden-layer rule does, but after Adam steps
+    its change grows with C; muP's prescription (the branches' Adam lr also x 1/sqrt(C)) keeps both flat; sum
+    grows in both. Small: width 32, C = 1, 4, 16, 2 seeds, 20 steps at lr 0.01 (measured: STAM's update slope 0.26, muP's 0.03)."""
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_stam_mup.py"
+    spec = importlib.util.spec_from_file_location("bench_stam_mup", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    Cs = (1, 4, 16)
+
+    def slopes(form):
+        r = np.array([[bench.measure(form, C, s, width=32, depth=2, lr=0.01, steps=20) for C in Cs] for s in range(2)])
+        return bench.slope(Cs, r[..., 0])[0], bench.slope(Cs, r[..., 1])[0]
+
+    stam, mu, total = slopes("stam"), slopes("mup"), slopes("sum")
+    assert abs(stam[0]) < 0.06 and abs(mu[0]) < 0.06  # both flat at init (the same forward pass)
+    assert stam[1] > 0.15, stam  # STAM's update grows with C
+    assert abs(mu[1]) < 0.1, mu  # muP's does not
+    assert total[0] > 0.5 and total[1] > 0.5, total
