@@ -202,3 +202,21 @@ def test_a_collapsed_translation_model_never_says_yes():
         said_alone.append(alone.rows.iloc[0]["transfers"])
     assert "yes" not in said_beside and said_beside.count("no") == len(said_beside)
     assert said_alone.count("yes") <= 2, said_alone
+
+
+def test_a_right_skewed_regret_far_above_epsilon_says_no():
+    """The width control's SP row (leaderboards/mup-width, reference width 128): carrying width 128's lr to
+    width 1024 costs 0.98 in training loss, 18x epsilon, and its bootstrap replicates have a long upper tail
+    (up to 2). The old lower end, which also took the reflection of the upper end about the estimate, put the
+    interval at 0-1.97 (`inconclusive`); the lower end now widens by the replicates' deviation below their
+    median only. muP's row in the same table, whose optimum stays within epsilon from width 128, says yes."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "leaderboards" / "mup-width" / "trials.csv"
+    trials = pd.read_csv(path)
+    a = analyze(trials, transfer="model.width", compare=["model.parametrization"], metric="train_loss_tail",
+                reference=128, classes=10, n_boot=1000, boot_seed=0)
+    rows = a.rows.set_index("model.parametrization")
+    assert rows.loc["sp", "transfers"] == "no", rows.loc["sp", ["worst_regret", "worst_regret_lo", "why"]]
+    assert rows.loc["sp", "worst_regret_lo"] > 0.1
+    assert rows.loc["mup", "transfers"] == "yes", rows.loc["mup", ["worst_regret", "worst_regret_hi", "why"]]
