@@ -238,3 +238,37 @@ def test_stam_is_mups_init_over_branches_but_not_its_adam_update():
     assert stam[1] > 0.15, stam  # STAM's update grows with C
     assert abs(mu[1]) < 0.1, mu  # muP's does not
     assert total[0] > 0.5 and total[1] > 0.5, total
+
+
+COORD_DEPTH = """\
+name: coord-depth
+seeds: [0, 1]
+task: {dataset: {name: mnist1d, size: 1000}}
+model: {arch: mlp_resnet, depth: 2, width: 32, tau: 1, base_width: 32, base_depth: 2}
+train: {optimizer: adam, lr: 0.003, batch_size: 64, steps: 10, threads: 1}
+stability: {probe_batch: 128, hessian: false}
+space:
+  model.depth: [2, 4, 16]
+  model.parametrization: [sp, depth_mup]
+  train.lr: [0.003]
+leaderboard: {transfer: model.depth, compare: [model.parametrization]}
+"""
+
+
+def test_coordinate_check_over_depth_sp_explodes_depth_mup_stays_flat(tmp_path):
+    """`nas-stab probe` over depth (TP-VI's check): plain residual blocks (tau 1) make the logits' RMS grow
+    exponentially with depth; Depth-muP's sqrt(L0/L) branches keep it nearly flat. The experiment searches
+    one lr with a transfer leaderboard: a table would refuse it (every optimum at the grid's end), the probe,
+    which trains nothing, does not."""
+    import csv
+
+    from nas_stab.errors import SpecError
+    from nas_stab.stability.probe_cmd import run_probe
+
+    with pytest.raises(SpecError, match="searched with only 1 value"):
+        loads_spec(COORD_DEPTH)
+    assert run_probe(loads_spec(COORD_DEPTH, probe=True), steps=3, out_root=tmp_path) == 0
+    with open(tmp_path / "coord-depth" / "probe_slopes.csv") as f:
+        slopes = {(r["model.parametrization"], r["metric"]): float(r["slope"]) for r in csv.DictReader(f)}
+    sp, dm = slopes[("sp", "final_output_logit_rms")], slopes[("depth_mup", "final_output_logit_rms")]
+    assert sp > 1.0 and abs(dm) < 0.3, (sp, dm)

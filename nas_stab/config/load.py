@@ -25,12 +25,14 @@ Spec = schema.Spec
 SEARCHABLE = ("task", "model", "train", "stability")
 
 
-def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
-    """Load and validate an experiment file, applying `--set key=value` overrides."""
-    return loads_spec(read_text(path), file=str(path), overrides=overrides)
+def load_spec(path: str | Path, overrides: Iterable[str] = (), *, probe: bool = False) -> Spec:
+    """Load and validate an experiment file, applying `--set key=value` overrides. `probe`: for `nas-stab probe`,
+    which trains nothing, so the leaderboard's rules about searched sizes and learning rates do not apply."""
+    return loads_spec(read_text(path), file=str(path), overrides=overrides, probe=probe)
 
 
-def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (), *, run_file: bool = False) -> Spec:
+def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (), *, run_file: bool = False,
+               probe: bool = False) -> Spec:
     data, lines = load_yaml(text, file)
     files: dict[tuple, str] = {}
     if run_file and isinstance(data, dict):
@@ -50,10 +52,10 @@ def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (),
         if path[0] == "space" and len(path) > 2:
             path = ("space", ".".join(path[1:]))
         override_paths[path] = text_
-    return from_data(data, Ctx(file, lines, override_paths, files), stored=run_file)
+    return from_data(data, Ctx(file, lines, override_paths, files), stored=run_file, probe=probe)
 
 
-def from_data(data: dict, ctx: Ctx, *, stored: bool = False) -> Spec:
+def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> Spec:
     """Validate plain data (already parsed) into a `Spec`."""
     data = copy.deepcopy(data)
     for key in schema.REQUIRED_TOP:
@@ -74,7 +76,7 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False) -> Spec:
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
     from nas_stab.config.rules import check_spec
 
-    check_spec(spec, ctx, stored=stored)
+    check_spec(spec, ctx, stored=stored, probe=probe)
     from nas_stab.config.advice import advice
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))

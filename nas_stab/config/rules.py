@@ -91,9 +91,10 @@ def check_config(spec, ctx: Ctx) -> None:
             raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
 
 
-def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
+def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> None:
     """Rules of the whole experiment; also checks every grid point's configuration. `stored`: the
-    spec.yaml of an existing run directory, which opens even if it predates a leaderboard rule."""
+    spec.yaml of an existing run directory, which opens even if it predates a leaderboard rule. `probe`:
+    for `nas-stab probe` (nothing is trained: the searched sizes' and lrs' rules of a table do not apply)."""
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
@@ -126,7 +127,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False) -> None:
     if r.address is not None and r.kind != "ray":
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
 
-    check_leaderboard(spec, ctx, stored=stored)
+    check_leaderboard(spec, ctx, stored=stored, axes=not probe)
 
     _check_storage(s.storage, ctx)
     check_config(spec, ctx)
