@@ -223,3 +223,22 @@ def test_merging_runs_of_different_models_is_refused_unless_compared(tmp_path):
     c_spec["task"]["dataset"]["root"] = "/elsewhere"
     c = make_run(tmp_path / "c", rows, spec=c_spec, history=False)
     load_analysis([a, c], n_boot=0)
+
+
+def test_the_table_names_the_command_that_trained_it(tmp_path, monkeypatch):
+    """`nas-stab run FILE --set ...` records its command line in the run's meta; the leaderboard's provenance
+    gives it (with the commit) beside the command that built the table. A run started from Python records none
+    and says so."""
+    spec = tmp_path / "lbset.yaml"
+    spec.write_text(SPEC)
+    out = tmp_path / "runs"
+    argv = ["run", str(spec), "--out", str(out), "--set", "train.steps=3"]
+    monkeypatch.setattr("sys.argv", ["/usr/bin/nas-stab", *argv])
+    assert main(argv) == 0
+    meta = yaml.safe_load((out / "lbset" / "spec.yaml").read_text())["meta"]
+    assert meta["command"] == f"nas-stab run {spec} --out {out} --set train.steps=3"
+    md = (out / "lbset" / "leaderboard.md").read_text()
+    assert f"**trained by**: nas-stab run {spec} --out {out} --set train.steps=3 (commit " in md
+    monkeypatch.setattr("sys.argv", ["pytest"])
+    assert main(["run", str(spec), "--out", str(tmp_path / "api")]) == 0
+    assert "**trained by**: unknown (the run did not record its command)" in (tmp_path / "api" / "lbset" / "leaderboard.md").read_text()

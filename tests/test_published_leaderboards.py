@@ -198,3 +198,15 @@ def test_a_fixed_lr_figure_is_held_to_seeds_and_provenance_not_to_lr_bracketing(
     _write(t / "leaderboard.csv", "rank,label,seeds,grid_step,best,transfers\n1,a,3,0.0,0.03,yes\n")
     found = "\n".join(problems(t, repo))
     assert "fixed-lr table says transfers 'yes'" in found and "3 seed(s)" in found
+
+
+def test_every_table_says_which_command_trained_it():
+    """A leaderboard's provenance gives the `nas-stab run` command that trained its runs (with its overrides
+    and commit) beside the command that rebuilt the table; a run made before runs recorded their command
+    takes its experiment file's Reproduce line, labelled as such."""
+    for table in _tables():
+        prov = table / "leaderboard_provenance.txt"
+        if not prov.is_file():
+            continue  # a probe: its provenance's command is the probe itself
+        lines = [ln for ln in prov.read_text(encoding="utf-8").splitlines() if ln.startswith("trained by: ")]
+        assert lines and "nas-stab run " in lines[0] and "(commit " in lines[0], (table.name, lines)

@@ -170,6 +170,8 @@ def provenance(runs: Sequence[Run], trials: pd.DataFrame, *, command: str | None
         ("python", per_run(lambda r: _meta(r, "python"))),
         ("hardware", per_run(lambda r: _meta(r, "hardware"))),
         ("run created", per_run(lambda r: _meta(r, "created"))),
+        ("trained by", per_run(lambda r: (f"{r.meta['command']} (commit {_meta(r, 'git_commit')})" if r.meta.get("command")
+                                          else "unknown (the run did not record its command)"))),
     ]
     if len(runs) > 1:
         first_cfg = _settings(runs[0].spec)

@@ -145,12 +145,25 @@ def hardware() -> str:
     return f"{cpu}, {os.cpu_count()} cores (CPU)"
 
 
+def invocation() -> str | None:
+    """The `nas-stab run ...` command line that started this process (its overrides included), or None when
+    the run was started otherwise (the Python API, a test)."""
+    import shlex
+    import sys
+
+    argv = sys.argv
+    if len(argv) < 2 or argv[1] != "run" or Path(argv[0]).name not in ("nas-stab", "cli.py", "__main__.py"):
+        return None
+    return "nas-stab " + shlex.join(argv[1:])
+
+
 def meta_for(spec) -> dict:
     import torch
 
     from nas_stab.config import spec_hash
 
-    return {
+    command = invocation()
+    return {**({"command": command} if command else {}),
         "spec_hash": spec_hash(spec),
         "nas_stab_version": __version__,
         "git_commit": git_commit(),
