@@ -109,6 +109,22 @@ def runs_of(prov: list[tuple[str, str]]) -> list[dict]:
     return out
 
 
+def training_command(prov: list[tuple[str, str]], name: str, src: Path) -> str | None:
+    """The command that trained run `name`: from the stored provenance's `trained by` line, else, for a run
+    made before runs recorded it, the `nas-stab run` line of its experiment file's "Reproduce" comment,
+    labelled as such."""
+    stored = dict(prov).get("trained by", "")
+    for pat in (rf"(?:^|; ){re.escape(name)}: (.*?) \(commit [\w+]+\)", r"^(.*?) \(commit [\w+]+\)$"):
+        m = re.search(pat, stored)
+        if m and not m.group(1).startswith("unknown"):
+            return m.group(1)
+    for line in src.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"#\s+(nas-stab run \S+.*)$", line)
+        if m:
+            return f"{m.group(1).strip()} [the experiment file's Reproduce line: the run predates recorded commands]"
+    return None
+
+
 def experiment_data(src: Path) -> dict:
     """The experiment file as a mapping, with `extends:` resolved (a run directory's spec.yaml is
     read as a stored run's: it must hold every section itself)."""
@@ -127,7 +143,10 @@ def republish(d: Path) -> None:
         for run in runs_of(prov_old):
             src = spec_file(run["name"])
             data = experiment_data(src)
-            data["meta"] = run["meta"]
+            data["meta"] = dict(run["meta"])
+            command = training_command(prov_old, run["name"], src)
+            if command:
+                data["meta"]["command"] = command
             rd = Path(tmp) / run["name"]
             rd.mkdir()
             (rd / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
