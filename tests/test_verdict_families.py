@@ -64,16 +64,16 @@ def test_regret_intervals_cover(families):
 
 @pytest.mark.parametrize("grid", ["one", "quarter", "irregular"])
 def test_error_rates_hold_on_other_grids(grid):
-    settings = [Setting(f, d, n, k, 0.01, grid) for f in ("peak", "cliff", "quartic") for d in (0.0, 2.0)
+    settings = [Setting(f, d, n, k, 0.01, grid) for f in ("peak", "cliff", "quartic", "plateau") for d in (0.0, 2.0)
                 for n, k in ((2, 3), (5, 10))]
     r = evaluate(settings, tables=60, n_boot=200, seed=2)
     bad_yes = r[(r["yes_if_costly"] > 0.05) | ((r["true_worst"] >= 2 * r["epsilon"]) & (r["yes"] > 0.05))]
     bad_no = r[(r["drift"] == 0) & (r["no"] > 0.05)]
     assert bad_yes.empty and bad_no.empty, _fmt(r)
-    assert (r["cover_x"] >= 0.85).all(), _fmt(r)
-    # flat tops on a fine grid with many seeds (many cells on the top) cover 77-84% (docs/leaderboard.md)
-    peaked = r[r["family"] != "quartic"]
-    assert (peaked["cover_carried"] >= 0.85).all(), _fmt(r)
+    assert (r[r["family"] != "plateau"]["cover_x"] >= 0.85).all(), _fmt(r)
+    # flat tops on a fine grid with many seeds (many cells near the top) covered 67-84% before the regret's
+    # selection-free lower bound (docs/leaderboard.md): the seed bootstrap does not see the maximum's bias there
+    assert (r["cover_carried"] >= 0.85).all(), _fmt(r)
 
 
 def test_drift_criterion_on_a_cliff_with_a_one_octave_grid():

@@ -408,6 +408,11 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
                 rows[col + "_lo"] = np.where(upd, np.minimum(rows[col + "_lo"], v), rows[col + "_lo"])
                 if both:
                     rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
+        # and a lower end free of the maximum's selection bias, which the seed bootstrap does not see where many
+        # cells tie near the top (wide plateaus, fine grids, many seeds)
+        for col, v in zip(("worst_regret", "transfer_regret"), _regret_floor(V, SP, X, point, trains, ref, sign)):
+            cur = rows[col + "_lo"].to_numpy()
+            rows[col + "_lo"] = np.where(np.isfinite(cur) & np.isfinite(v), np.minimum(cur, v), cur)
         # an unrefined optimum's value may lie above what was measured (`gain`): the regret of its size may be
         # that much larger
         g = np.where(trains, gain, 0.0).max(-1)
@@ -455,6 +460,35 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     })
     sizes.loc[~sizes["trains"], "censored"] = ""
     return rows, sizes
+
+
+def _regret_floor(V, SP, X, point, trains, ref, sign) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds of the worst and the mean regret [K] that no maximum's bias can lift: a size's true best is
+    at least every tried cell's one-sided 95% lower bound (its seed mean minus k(n) standard errors, k(n) the
+    small-sample factor of `intervals.widen`), and the carried lr's true value at most the point estimate
+    plus the largest such margin among the cells within a grid step of it; a size's regret is at least the
+    difference (0 for the reference size)."""
+    from scipy.special import stdtrit
+
+    K, S, L, N = V.shape
+    n = np.isfinite(V).sum(-1)
+    with _quiet():
+        sd = np.nanstd(V, -1, ddof=1)
+        pooled = np.sqrt(np.nanmean(np.where(n >= 2, sd**2, np.nan), -1))  # a one-seed cell borrows its size's sd
+        sd = np.where(n >= 2, sd, pooled[..., None])
+        k = np.sqrt(n / np.maximum(n - 1, 1)) * stdtrit(np.maximum(n - 1, 1), 0.95)
+        margin = np.where(n >= 1, k * sd / np.sqrt(np.maximum(n, 1)), np.nan)
+        best_lo = np.nanmax(np.where(np.isfinite(SP), SP - margin, np.nan), -1)  # [K, S]
+        step = np.nanmax(np.abs(np.diff(X, axis=-1)), -1)  # [K]
+        t = point["t"][0][:, None]  # [K, 1]: the lr carried to every size of the row
+        near = np.isfinite(SP) & (np.abs(X[:, None, :] - t[..., None]) <= step[:, None, None] + 1e-9)
+        m_t = np.nanmax(np.where(near, margin, np.nan), -1)
+    at_hi = sign * point["at"][0] + np.where(np.isfinite(m_t), m_t, np.inf)
+    lo = np.where(trains, np.clip(best_lo - at_hi, 0.0, None), np.nan)
+    ar = np.arange(K)
+    lo[ar, ref] = np.where(np.isfinite(lo[ar, ref]), 0.0, np.nan)
+    with _quiet():
+        return np.nanmax(lo, -1), np.nanmean(lo, -1)
 
 
 def _nanquantiles(arr: np.ndarray, qs) -> list[np.ndarray]:
