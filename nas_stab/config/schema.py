@@ -95,10 +95,10 @@ class ModelConfig:
     readout_zero_init: bool = _f(False, "mup, depth_mup: start the readout (the logits layer) at zero, as Tensor Programs V recommends; not the transformer's (its readout is the input embedding, tied)")
     scalar_bias: Optional[bool] = _f(None, "Fixup-style scalar biases in the residual branches, for normalization-free nets (the tau paper's CIFAR ResNets); default: on with init fixup")
     # transformer
-    d_model: int = _f(128, ge=8, le=65_536)
+    d_model: int = _f(128, "the transformer's width (under mup, the width base_width refers to)", ge=8, le=65_536)
     heads_per_branch: int = _f(1, ge=1, le=1024)
     head_dim: Optional[int] = _f(None, "default d_model / (branches * heads_per_branch)", ge=1)
-    ffn_per_branch: int = _f(128, ge=1, le=1_000_000)
+    ffn_per_branch: int = _f(128, "units of each FFN branch, fixed whatever d_model (ffn_ratio scales them with d_model instead)", ge=1, le=1_000_000)
     ffn_ratio: Optional[float] = _f(None, "the FFN width as a multiple of d_model, in place of ffn_per_branch: each branch's FFN has round(ffn_ratio * d_model / branches) units, so it grows with d_model (mup needs this when d_model changes; e.g. 4 = the usual 4 d_model over all branches)", gt=0, le=1024)
     enc_layers: int = _f(2, ge=1, le=1000)
     dec_layers: int = _f(2, ge=1, le=1000)

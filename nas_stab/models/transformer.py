@@ -3,7 +3,9 @@
 Multi-branch as in the STAM authors' Transformer code: `branches: C` builds C
 copies of a mini block, i.e. attention with ``H = C * heads_per_branch`` heads
 of size `head_dim` (heads are the attention branches) and an FFN of width
-``C * ffn_per_branch`` (hidden slices are the FFN branches). Everything is one
+``C * ffn_per_branch``, or ``C * round(ffn_ratio * d_model / C)`` with
+`ffn_ratio` (growing with d_model, as muP needs) (hidden slices are the FFN
+branches). Everything is one
 batched op: the heads live in one projection, the FFN branches are slices of
 one wide FFN, so ``fc2`` already sums the branches. The aggregation weight
 alpha (relative to `aggregation_base`) multiplies ``out_proj(attention)`` and
@@ -41,7 +43,14 @@ decoder and the output projection (the vocabulary is joint). `init:
 deepnorm` (implied by `skip: deepnorm`) uses Xavier-normal on the whole
 projections with DeepNet's beta as the gain of the value, output and FFN
 projections (gain 1 on queries and keys); `init: zero_last` is the stock
-init with ``out_proj`` and ``fc2`` zeroed.
+init with ``out_proj`` and ``fc2`` zeroed. Every init is recorded on its
+tensor (`base.record_init`) for muP.
+
+`parametrization: mup` (`parametrization.apply`, width d_model) sets three
+multipliers whose defaults are SP's, bit for bit: `Transformer.embed_scale`
+(sqrt(d); muP: the base's sqrt(d0)), `Transformer.readout_mult` (1; muP:
+d0 / d, on the tied readout's input) and `MultiHeadAttention.scale` (None,
+SDPA's 1/sqrt(dh); muP: sqrt(dh0) / dh).
 """
 from __future__ import annotations
 
