@@ -408,7 +408,8 @@ def test_layer_skip_off_keeps_every_earlier_spec_hash_and_run_key():
     from nas_stab.config import to_plain
 
     plain = {k: to_plain(getattr(off, k)) for k in ("task", "model", "train", "stability")}
-    for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip", "base_width", "base_depth", "readout_zero_init"):
+    for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip", "base_width", "base_depth", "readout_zero_init",
+              "ffn_ratio"):
         plain["model"].pop(k)
     before = hashlib.sha256(json.dumps({"config": plain, "seed": 0}, sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert config_key(off, 0) == before

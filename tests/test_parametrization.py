@@ -272,3 +272,220 @@ def test_coordinate_check_over_depth_sp_explodes_depth_mup_stays_flat(tmp_path):
         slopes = {(r["model.parametrization"], r["metric"]): float(r["slope"]) for r in csv.DictReader(f)}
     sp, dm = slopes[("sp", "final_output_logit_rms")], slopes[("depth_mup", "final_output_logit_rms")]
     assert sp > 1.0 and abs(dm) < 0.3, (sp, dm)
+
+
+# ---------------------------------------------------------------- the encoder-decoder transformer (width: d_model)
+
+TOKENS = DataInfo("synthetic", extra={"vocab": 40, "pad": 0, "bos": 2, "eos": 3})
+
+
+def tf_spec(d_model, param="mup", opt="adam", space=None, **model):
+    """A small translation transformer: 2 heads, FFN 2 d_model, pre-LN (so its LayerNorms are vectors too)."""
+    import yaml
+
+    kw = dict(arch="transformer", d_model=d_model, heads_per_branch=2, ffn_ratio=2.0, enc_layers=1, dec_layers=1,
+              norm="ln", norm_position="pre", parametrization=param, base_width=16)
+    kw.update(model)
+    data = {"name": "t", "task": {"kind": "translation", "dataset": {"name": "synthetic"}}, "model": kw,
+            "train": {"optimizer": opt, "lr": 1.0, "weight_decay": 0.1}, "search": {"objective": "bleu"}}
+    if space:
+        data["space"] = space
+    return loads_spec(yaml.safe_dump(data))
+
+
+def tf_build(d_model, param="mup", opt="adam", seed=0, **model):
+    spec = tf_spec(d_model, param, opt, **model)
+    torch.manual_seed(seed)
+    return build_model(spec, TOKENS).eval(), spec
+
+
+def tf_batch():
+    g = torch.Generator().manual_seed(0)
+    src, tgt = torch.randint(4, 40, (3, 7), generator=g), torch.randint(4, 40, (3, 6), generator=g)
+    src[0, 5:] = 0  # padding: the encoder's key mask
+    return src, tgt
+
+
+@pytest.mark.parametrize("opt", ["adam", "sgd"])
+def test_transformer_learning_rates_are_the_mup_packages(opt):
+    """d_model 64 over base 16: every parameter's lr and weight decay those of MuAdam / MuSGD after the mup
+    package's set_base_shapes (the tied embedding-readout [V, d]: one infinite dim, Adam x 1, SGD x r)."""
+    ours, spec = tf_build(64, "mup", opt, branches=2)
+    sp, _ = tf_build(64, "sp", opt, branches=2)
+    base, _ = tf_build(16, "sp", opt, branches=2)
+    mup.set_base_shapes(sp, base, rescale_params=False, do_assert=False)
+    ref = (mup.MuAdam if opt == "adam" else mup.MuSGD)(sp.parameters(), lr=1.0, weight_decay=0.1)
+    want = lrs_by_name(sp, ref)
+    got = lrs_by_name(ours, build_optimizer(ours, spec.train))
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name][0] == pytest.approx(want[name][0]), (name, got[name], want[name])
+        assert got[name][1] == pytest.approx(want[name][1]), (name, got[name], want[name])
+    hidden, embed = got["blocks.0.fn.qkv_proj.weight"][0], got["embed.weight"][0]
+    assert (hidden, embed) == pytest.approx((0.25, 1.0) if opt == "adam" else (1.0, 4.0))
+
+
+def test_transformer_mup_equals_sp_at_the_base_width():
+    """At d_model = base_width nothing grows: the same parameters and, bit for bit, the same logits."""
+    sp, _ = tf_build(16, "sp")
+    mu, _ = tf_build(16, "mup")
+    for (n, a), (_, b) in zip(sp.named_parameters(), mu.named_parameters()):
+        assert torch.equal(a, b), n
+    assert (mu.readout_mult, mu.embed_scale) == (1.0, sp.embed_scale)
+    assert all(getattr(mod, "scale", None) is None for mod in mu.modules())
+    src, tgt = tf_batch()
+    assert torch.equal(sp(src, tgt), mu(src, tgt))
+
+
+def test_transformer_readout_embedding_and_attention_multipliers():
+    """d_model 64 over base 16 (r = 4), 2 heads (dh 32 over dh0 8): the tied readout reads its input / r, the
+    embedding's multiplier is the base's sqrt(16) at every width, the attention logits are q.k x sqrt(dh0) / dh
+    (checked against a manual attention), and the probes' attn_logit_max uses that scale."""
+    from nas_stab.stability.capture import Capture
+
+    mu, _ = tf_build(64)
+    assert mu.readout_mult == pytest.approx(0.25) and mu.embed_scale == 4.0 == tf_build(256)[0].embed_scale
+    src, tgt = tf_batch()
+    seen = {}
+    mu.dec_norm.register_forward_hook(lambda mod, args, out: seen.setdefault("x", out))
+    logits = mu(src, tgt)
+    assert torch.allclose(logits, nn.functional.linear(seen["x"] * 0.25, mu.embed.weight), atol=1e-6)
+    assert torch.equal(mu._embed(tgt), mu.embed(tgt) * 4.0 + mu.pe[: tgt.shape[1]])
+
+    attn = mu.blocks[0].fn  # encoder self-attention, no mask
+    assert attn.scale == pytest.approx(math.sqrt(8) / 32)
+    x = torch.randn(2, 5, 64)
+    q, k, v = (t.view(2, 5, 2, 32).transpose(1, 2) for t in attn.qkv_proj(x).chunk(3, dim=-1))
+    w = torch.softmax(q @ k.transpose(-2, -1) * (math.sqrt(8) / 32), dim=-1)
+    manual = attn.out_proj((w @ v).transpose(1, 2).reshape(2, 5, 64)) * attn.alpha
+    assert torch.allclose(attn(x), manual, atol=1e-6)
+
+    def encoder_logit_max(model):
+        """The probes' attn_logit_max over the encoder alone (one attention: enc_layers 1), with its q and k."""
+        taps = {}
+        model.blocks[0].fn.logits_tap.register_forward_hook(lambda mod, args, out: taps.setdefault("qk", args[:2]))
+        cap = Capture(model, list(model.blocks), logits=True)
+        with torch.no_grad():
+            model.encode(src)
+        cap.remove()
+        return cap.logit_max, taps["qk"]
+
+    got, (q, k) = encoder_logit_max(mu)
+    keys = (src != 0)[:, None, None, :]
+    assert got == pytest.approx(float((q @ k.transpose(-2, -1) * (math.sqrt(8) / 32)).masked_fill(~keys, -1e9).amax()))
+    # SP: the same q and k at init (muP keeps SP's embedded tokens and projections: below), logits / sqrt(dh):
+    # muP's are sqrt(dh0 / dh) = 1/2 of them
+    got_sp, (q_sp, _) = encoder_logit_max(tf_build(64, "sp")[0])
+    assert torch.allclose(q, q_sp, atol=1e-6) and got == pytest.approx(got_sp / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("init", ["kaiming", "xavier_branch", "deepnorm", "zero_last"])
+def test_transformer_init_follows_the_mup_rules_with_no_notes(init):
+    """Xavier's std falls like 1/sqrt(r) when both fans grow by r: muP's hidden weights are SP's own (same seed),
+    i.e. x 1/sqrt(r) relative to the base; the embedding keeps the base's std d0^-1/2 (SP's x sqrt(r)); every
+    tensor's init is recorded (no "SP init kept" note)."""
+    from nas_stab.models import ARCHS
+    from nas_stab.models.parametrization import apply
+
+    kw = dict(branches=2, heads_per_branch=1, init=init)
+    spec = tf_spec(64, **kw)
+    torch.manual_seed(0)
+    mu = ARCHS.get("transformer")(spec, TOKENS)
+    assert apply(mu, spec, TOKENS, ARCHS.get("transformer")) == []
+    sp, _ = tf_build(64, "sp", **kw)
+    base, _ = tf_build(16, "sp", **kw)
+    w, w_sp, w0 = dict(mu.named_parameters()), dict(sp.named_parameters()), dict(base.named_parameters())
+    for name in w:
+        if name == "embed.weight":
+            assert torch.allclose(w[name], 2.0 * w_sp[name])
+            assert w[name].std().item() == pytest.approx(w0[name].std().item(), rel=0.15)
+            assert w[name][1:].std().item() == pytest.approx(16**-0.5, rel=0.05)
+        else:
+            assert torch.allclose(w[name], w_sp[name], rtol=1e-5, atol=0), name
+    if init != "zero_last":
+        for name in ("blocks.0.fn.qkv_proj.weight", "blocks.3.fn.out_proj.weight", "blocks.4.fn.fc1.weight"):
+            assert w[name].std().item() == pytest.approx(w0[name].std().item() / 2, rel=0.1), name
+
+
+def test_transformer_hidden_std_is_exact_when_the_ffn_width_rounds():
+    """ffn_ratio 1.1: FFN widths 18 (d_model 16) and 70 (d_model 64), fans not in proportion: fc1's muP std is
+    exactly the base's / sqrt(r_in), r_in = 4 (Xavier: std sqrt(2 / (fan_in + fan_out)))."""
+    mu, _ = tf_build(64, ffn_ratio=1.1)
+    sp, _ = tf_build(64, "sp", ffn_ratio=1.1)
+    assert mu.blocks[1].fn.fc1.weight.shape == (70, 64)
+    factor = math.sqrt(2 / (16 + 18)) / 2 / math.sqrt(2 / (64 + 70))
+    assert torch.allclose(mu.blocks[1].fn.fc1.weight, sp.blocks[1].fn.fc1.weight * factor)
+
+
+@pytest.mark.parametrize("model,space,key,match", [
+    ({"d_model": 64, "ffn_ratio": None}, None, "model.ffn_ratio", "ffn_ratio"),
+    ({"d_model": 64, "head_dim": 8}, None, "model.head_dim", "leave model.head_dim unset"),
+    ({"d_model": 64, "parametrization": "depth_mup"}, None, "model.parametrization", "enc_layers and dec_layers"),
+    ({"d_model": 16, "base_width": None}, {"model.d_model": [16, 64]}, "model.base_width", "d_model is searched"),
+    ({"d_model": 16, "ffn_ratio": None}, {"model.d_model": [16, 64]}, "model.ffn_ratio", "d_model is searched"),
+    ({"d_model": 64, "base_width": 15}, None, "model.base_width", "not divisible"),
+    ({"d_model": 64, "readout_zero_init": True}, None, "model.readout_zero_init", "tied"),
+    ({"d_model": 64, "parametrization": "sp", "ffn_per_branch": 32}, None, "model.ffn_per_branch", "give one of them"),
+])
+def test_transformer_mup_validation(model, space, key, match):
+    from nas_stab.errors import SpecError
+
+    model = dict(model)
+    param = model.pop("parametrization", "mup")
+    with pytest.raises(SpecError, match=match) as e:
+        tf_spec(param=param, space=space, **model)
+    assert e.value.key == key
+
+
+def test_transformer_mup_validation_accepts():
+    tf_spec(16, space={"model.d_model": [16, 64]})  # ffn_ratio set, head_dim unset, base_width given
+    tf_spec(64, ffn_ratio=None, base_width=None)  # its own base: muP is SP, the FFN need not grow
+    with pytest.raises(Exception, match="ffn_ratio applies to arch transformer only"):
+        loads_spec("name: m\ntask: {dataset: {name: mnist1d}}\nmodel: {arch: mlp, ffn_ratio: 4}\n")
+
+
+@pytest.mark.parametrize("name,hash_,key", [
+    ("multi30k_base.yaml", "d10c5aa9f563b3ca", "672b36afb0cf1398"),
+    ("multi30k_stam_heads.yaml", "c48e79447c1290e1", "c3cb17707549aa99"),
+])
+def test_ffn_ratio_unset_keeps_the_translation_hashes(name, hash_, key):
+    """Values computed by the code before model.ffn_ratio existed (e3ac2b4): unset, it stays out of the spec hash
+    and the run keys (config/load.py _ADDED_KEYS)."""
+    from pathlib import Path
+
+    from nas_stab.config import config_key, load_spec, spec_hash
+
+    spec = load_spec(str(Path(__file__).resolve().parents[1] / "spaces" / name))
+    assert (spec_hash(spec), config_key(spec, 0)) == (hash_, key)
+
+
+COORD_TF = """\
+name: coord-tf
+seeds: [0, 1]
+task: {kind: translation, dataset: {name: synthetic, size: 400, vocab_size: 100, val: 50, test: 50}, max_decode_len: 8}
+model: {arch: transformer, d_model: 32, heads_per_branch: 2, ffn_ratio: 2, enc_layers: 1, dec_layers: 1, norm: ln,
+        norm_position: pre, base_width: 32}
+train: {optimizer: adam, lr: 0.01, max_tokens: 600, steps: 10, threads: 1}
+stability: {probe_batch: 32, hessian: false}
+search: {objective: bleu}
+space:
+  model.d_model: [32, 96, 288]
+  model.parametrization: [sp, mup]
+leaderboard: {transfer: model.d_model, compare: [model.parametrization]}
+"""
+
+
+def test_transformer_coordinate_check_sp_grows_with_d_model_mup_stays_flat(tmp_path):
+    """`nas-stab probe --steps 3` over d_model (32 to 288, 2 seeds, Adam at lr 0.01): after 3 steps the logits'
+    RMS grows like d_model^0.48 under SP (90% interval 0.35 to 0.61) and stays flat under muP (-0.09, -0.21 to
+    0.02). muP's attention logits shrink with d_model at init (slope -0.55: random q.k ~ sqrt(dh), scaled by
+    1/dh), SP's largest attention logit after the steps grows (1.15)."""
+    import csv
+
+    from nas_stab.stability.probe_cmd import run_probe
+
+    assert run_probe(loads_spec(COORD_TF), steps=3, out_root=tmp_path) == 0
+    with open(tmp_path / "coord-tf" / "probe_slopes.csv") as f:
+        slopes = {(r["model.parametrization"], r["metric"]): float(r["slope"]) for r in csv.DictReader(f)}
+    sp, mu = slopes[("sp", "final_output_logit_rms")], slopes[("mup", "final_output_logit_rms")]
+    assert sp > 0.3 and abs(mu) < 0.25 and sp - mu > 0.35, (sp, mu)

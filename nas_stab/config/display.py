@@ -14,8 +14,8 @@ from typing import Any
 from nas_stab.config import schema
 from nas_stab.config.build import public_fields
 
-TRANSFORMER_ONLY = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "enc_layers", "dec_layers",
-                    "head_dropout", "norm_position")
+TRANSFORMER_ONLY = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "ffn_ratio", "enc_layers",
+                    "dec_layers", "head_dropout", "norm_position")
 SGD_ONLY = ("momentum", "nesterov")
 ADAM_ONLY = ("betas", "eps")
 

@@ -235,6 +235,7 @@ _ADDED_KEYS = (  # (section, key, when it applies)
     ("model", "base_width", lambda spec: spec.model.base_width is not None),
     ("model", "base_depth", lambda spec: spec.model.base_depth is not None),
     ("model", "readout_zero_init", lambda spec: spec.model.readout_zero_init),
+    ("model", "ffn_ratio", lambda spec: spec.model.ffn_ratio is not None),
 )
 
 

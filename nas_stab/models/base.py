@@ -87,10 +87,15 @@ class Tau(nn.Module):
         return f"value={float(self.value):.4g}, learnable={self.learnable}, L={self.L}"
 
 
-def kaiming_normal_(w: torch.Tensor, fan: int, gain: float = 2.0) -> torch.Tensor:
-    """N(0, gain / fan) in place. The fan and gain are recorded on the tensor (`_nas_fan`, `_nas_gain`): the
-    muP rescaling (`parametrization.py`) needs each tensor's SP init exactly."""
+def record_init(w: torch.Tensor, fan: float, gain: float) -> None:
+    """Record on `w` that its SP init has variance gain / fan (`_nas_fan`, `_nas_gain`): the muP rescaling
+    (`parametrization.py`) needs each tensor's SP std exactly, not a sample estimate."""
     w._nas_fan, w._nas_gain = fan, gain
+
+
+def kaiming_normal_(w: torch.Tensor, fan: int, gain: float = 2.0) -> torch.Tensor:
+    """N(0, gain / fan) in place, its fan and gain recorded on the tensor (`record_init`)."""
+    record_init(w, fan, gain)
     with torch.no_grad():
         return w.normal_(0.0, math.sqrt(gain / fan))
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from nas_stab.config.schema import ModelConfig
 
 _DEFAULTS = ModelConfig()
-TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "enc_layers", "dec_layers",
-                    "head_dropout", "norm_position")
+TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "ffn_ratio", "enc_layers",
+                    "dec_layers", "head_dropout", "norm_position")
 SCALED_SKIPS = ("xskip", "xskip_ln", "rskip_ln")
 NORMED_SKIPS = ("xskip_ln", "rskip_ln", "deepnorm")
 PREACT_ARCHS = ("resnet", "resnext")

@@ -29,11 +29,28 @@ Depth-muP (Yang et al. 2023, "Tensor Programs VI"; Bordelon et al. 2023) adds, r
 parameter inside the residual blocks multiplied by sqrt(L0 / L) (SGD's stays: TP-VI's alpha = 1/2, gamma =
 1/2 for Adam, gamma = 0 for SGD).
 
-Supported: the MLP family (`mlp`, `mlp_resnet`) and the convolutional `resnet` in weight space; other
-architectures are refused by validation (`check`) with the reason. A convolution's weight ``[out, in, k, k]``
-follows the same rules as a linear one (its kernel dims do not grow with width), as in the `mup` package: the
-resnet's stem (3 input channels) is an input weight, its convolutions hidden weights, its linear head the
-readout; BatchNorm's and LayerNorm's gains and biases are vectors.
+Supported: muP for the MLP family (`mlp`, `mlp_resnet`), the convolutional `resnet` and the encoder-decoder
+`transformer`, Depth-muP for the first three, in weight space; anything else is refused by validation (`check`)
+with the reason. A convolution's weight ``[out, in, k, k]`` follows the same rules as a linear one (its kernel dims
+do not grow with width), as in the `mup` package: the resnet's stem (3 input channels) is an input weight, its
+convolutions hidden weights, its linear head the readout; BatchNorm's and LayerNorm's gains and biases are vectors.
+
+The transformer's width is `model.d_model` (`model.base_width` is the base d_model). muP needs every hidden
+dimension to grow with it, so when d_model differs from the base (or is searched) validation requires the FFN
+width to scale with d_model (`model.ffn_ratio`) and the head size to be d_model / heads (`model.head_dim` unset):
+a fixed FFN would make `fc1` a readout-shaped hidden weight. Its rules, beyond the table:
+
+- The embedding ``[V, d]`` is also the readout (tied, `F.linear(x, embed.weight)`), as the `mup` package's
+  `MuSharedReadout`: its init std is the base model's d0^-1/2 (constant in width), the readout reads its input
+  times 1/r (`Transformer.readout_mult`), and the embedding's multiplier sqrt(d) becomes the base's sqrt(d0)
+  (`Transformer.embed_scale`), so the embedded tokens keep SP's O(1) entries at every width.
+- Attention logits are q.k scaled by sqrt(dh0) / dh (`MultiHeadAttention.scale`, dh0 the base head size): TP-V's
+  1/dh, equal to SP's 1/sqrt(dh) at the base width (q and k become correlated during training, so q.k grows
+  like dh, not sqrt(dh)). The probes' `attn_logit_max` uses the same scale.
+- Its projections are Xavier-initialized; the init records each tensor's Xavier std (`_record_xavier`), so
+  the hidden rule (std x 1/sqrt(r_in)) is applied exactly as for the recorded He inits (Xavier's std already
+  falls like 1/sqrt(r) when both fans grow by r: the factor is then 1 up to the FFN width's rounding).
+- `readout_zero_init` is refused: zeroing the tied readout would zero the input embedding.
 """
 from __future__ import annotations
 
@@ -44,32 +61,74 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify"]
+__all__ = ["LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
 
 WIDTH_FORMS = ("mup", "depth_mup")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
-SUPPORTED = ("mlp", "mlp_resnet", "resnet")
-READOUT = {"mlp": "head", "mlp_resnet": "B", "resnet": "head"}  # the module whose output is the logits
+SUPPORTED = {"mup": ("mlp", "mlp_resnet", "resnet", "transformer"), "depth_mup": ("mlp", "mlp_resnet", "resnet")}
+# the module whose weight is the readout (the transformer's: the embedding, tied to the output projection)
+READOUT = {"mlp": "head", "mlp_resnet": "B", "resnet": "head", "transformer": "embed"}
 LR_MULT = "_nas_lr_mult"  # the attribute build_optimizer reads on a parameter (default 1)
+
+
+def width_key(arch: str) -> str:
+    """The model key muP's width is: the transformer's `d_model`, every other architecture's `width`."""
+    return "d_model" if arch == "transformer" else "width"
 
 
 def check(spec) -> tuple[tuple, str] | None:
     """(key path, reason) when the parametrization cannot be applied to this model, else None."""
     m = spec.model
-    if m.parametrization not in WIDTH_FORMS:
+    p = m.parametrization
+    if p not in WIDTH_FORMS:
         return None
-    if m.arch not in SUPPORTED:
-        return ("model", "parametrization"), (f"{m.parametrization} is implemented for {', '.join(SUPPORTED)}; "
-                                              f"not yet for {m.arch!r}")
+    if p == "depth_mup" and m.arch == "transformer":
+        return ("model", "parametrization"), ("depth_mup is not implemented for the transformer: its depth is "
+                                              "enc_layers and dec_layers, not model.depth (Depth-muP's branch "
+                                              "multiplier and lr rule are defined over model.depth); use mup")
+    if m.arch not in SUPPORTED[p]:
+        return ("model", "parametrization"), f"{p} is implemented for {', '.join(SUPPORTED[p])}; not yet for {m.arch!r}"
     if m.norm == "path_bn":
-        return ("model", "parametrization"), f"{m.parametrization} is defined in weight space; norm: path_bn implies path space"
+        return ("model", "parametrization"), f"{p} is defined in weight space; norm: path_bn implies path space"
     searched = set(getattr(getattr(spec, "space", None), "keys", ()) or ())
-    if "model.width" in searched and m.base_width is None:
-        return ("model", "base_width"), (f"model.width is searched: {m.parametrization} needs a fixed base width "
-                                         "(model.base_width; each width would otherwise be its own base, i.e. sp)")
-    if m.parametrization == "depth_mup" and "model.depth" in searched and m.base_depth is None:
+    wkey = width_key(m.arch)
+    if f"model.{wkey}" in searched and m.base_width is None:
+        return ("model", "base_width"), (f"model.{wkey} is searched: {p} needs a fixed base width "
+                                         f"(model.base_width; each {wkey} would otherwise be its own base, i.e. sp)")
+    if p == "depth_mup" and "model.depth" in searched and m.base_depth is None:
         return ("model", "base_depth"), "model.depth is searched: depth_mup needs a fixed base depth (model.base_depth)"
-    if m.base_width is not None and m.base_width > m.width * 64:
-        return ("model", "base_width"), f"base_width {m.base_width} is more than 64x the width {m.width}"
+    width = getattr(m, wkey)
+    if m.base_width is not None and m.base_width > width * 64:
+        return ("model", "base_width"), f"base_width {m.base_width} is more than 64x the {wkey} {width}"
+    if m.arch == "transformer":
+        return _check_transformer(m, f"model.{wkey}" in searched)
+    return None
+
+
+def _check_transformer(m, d_searched: bool) -> tuple[tuple, str] | None:
+    """muP on the transformer: every hidden dimension (d_model, the FFN width, the head size) must grow with
+    d_model whenever d_model differs from the base or is searched, and the tied readout cannot start at zero."""
+    if m.readout_zero_init:
+        return ("model", "readout_zero_init"), ("the transformer's readout is its input embedding (tied): zeroing it "
+                                                "would zero the embedding; leave readout_zero_init false")
+    d0 = m.base_width or m.d_model
+    if not d_searched and d0 == m.d_model:
+        return None  # the base model itself: muP is SP
+    why = "d_model is searched" if d_searched else f"d_model {m.d_model} is not the base d_model {d0}"
+    if m.ffn_ratio is None:
+        return ("model", "ffn_ratio"), (
+            f"mup on the transformer needs the FFN width to grow with d_model ({why}), and ffn_per_branch "
+            f"({m.ffn_per_branch}) is fixed: fc1 would be a hidden weight with only its fan_in growing; set "
+            "model.ffn_ratio (each branch's FFN width = round(ffn_ratio * d_model / branches), e.g. ffn_ratio: 4) "
+            "in place of ffn_per_branch")
+    if m.head_dim is not None:
+        return ("model", "head_dim"), (
+            f"mup on the transformer needs the head size to grow with d_model ({why}), and head_dim {m.head_dim} "
+            "is fixed; leave model.head_dim unset (heads of size d_model / (branches * heads_per_branch))")
+    H = m.branches * m.heads_per_branch
+    if d0 % H or d0 < H:
+        return ("model", "base_width"), (
+            f"the base d_model (base_width {d0}) is not divisible by branches x heads_per_branch = {H}: the base "
+            "model's heads need size base_width / heads")
     return None
 
 
@@ -117,15 +176,34 @@ def _std(p: torch.Tensor) -> float | None:
 
 def apply(model: nn.Module, spec, info, build) -> list[str]:
     """Turn the SP `model` built by `build(spec, info)` into `spec.model.parametrization` in place (init,
-    readout multiplier, per-parameter lr multipliers); returns notes (tensors whose SP init is unknown)."""
+    readout multiplier, per-parameter lr multipliers; the transformer's embedding multiplier and attention
+    scale); returns notes (tensors whose SP init is unknown)."""
     m = spec.model
-    notes: list[str] = []
-    base_width = m.base_width or m.width
-    base_spec = dataclasses.replace(spec, model=dataclasses.replace(m, width=base_width, parametrization="weight"))
+    wkey = width_key(m.arch)
+    base_width = m.base_width or getattr(m, wkey)
+    base_model = dataclasses.replace(m, parametrization="weight", **{wkey: base_width})
     with torch.random.fork_rng(devices=[]):
-        base = build(base_spec, info)
+        base = build(dataclasses.replace(spec, model=base_model), info)
     readout = READOUT[m.arch]
     kinds = classify(model, base, readout)
+    notes = _rescale(model, base, kinds, spec)
+    r_in = next((c["r_in"] for c in kinds.values() if c["kind"] == "readout"), 1.0)
+    if m.arch == "transformer":
+        _transformer_multipliers(model, base, r_in)
+    else:
+        head = model.get_submodule(readout)
+        if r_in != 1.0:
+            head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))
+        head._nas_output_mult = 1.0 / r_in  # for the record (and the tests)
+    if m.parametrization == "depth_mup":
+        _depth_mup(model, spec)
+    return notes
+
+
+def _rescale(model: nn.Module, base: nn.Module, kinds: dict[str, dict[str, Any]], spec) -> list[str]:
+    """Each parameter's muP init (its SP init times the exact ratio of the target std to its SP std) and its lr
+    multiplier; notes for tensors whose SP init is not recorded."""
+    notes: list[str] = []
     base_params = dict(base.named_parameters())
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -138,23 +216,39 @@ def apply(model: nn.Module, spec, info, build) -> list[str]:
                     p.mul_(target / now)
                 elif p.ndim >= 2 and p.abs().sum() > 0:
                     notes.append(f"{name}: SP init kept (its init is not one nas_stab records)")
-            if c["kind"] == "readout" and m.readout_zero_init:
+            if c["kind"] == "readout" and spec.model.readout_zero_init:
                 p.zero_()
             setattr(p, LR_MULT, mult)
-    r_in = next((c["r_in"] for c in kinds.values() if c["kind"] == "readout"), 1.0)
-    head = model.get_submodule(readout)
-    if r_in != 1.0:
-        head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))
-    head._nas_output_mult = 1.0 / r_in  # for the record (and the tests)
-    if m.parametrization == "depth_mup":
-        L, L0 = m.depth, (m.base_depth or m.depth)
-        dm = math.sqrt(L0 / L)
-        tau = getattr(model, "tau", None)
-        if tau is not None:
-            with torch.no_grad():
-                tau.value.mul_(dm)
-        if spec.train.optimizer in ("adam", "adamw"):
-            for name, p in model.named_parameters():
-                if name.startswith("blocks."):
-                    setattr(p, LR_MULT, getattr(p, LR_MULT, 1.0) * dm)
     return notes
+
+
+def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> None:
+    """The transformer's forward multipliers: the tied readout reads its input times 1/r (MuSharedReadout), the
+    embedding keeps the base model's multiplier sqrt(d0), and every attention scales its logits by sqrt(dh0) / dh
+    (TP-V's 1/dh, SP's 1/sqrt(dh) at the base width, where the scale stays None: SDPA's own, bit for bit)."""
+    from nas_stab.models.transformer import MultiHeadAttention
+
+    model.readout_mult = 1.0 / r
+    model.embed_scale = base.embed_scale
+    base_modules = dict(base.named_modules())
+    for name, mod in model.named_modules():
+        if isinstance(mod, MultiHeadAttention):
+            dh0 = base_modules[name].dh
+            if mod.dh != dh0:
+                mod.scale = math.sqrt(dh0) / mod.dh
+
+
+def _depth_mup(model: nn.Module, spec) -> None:
+    """Depth-muP relative to base_depth L0: the residual branches times sqrt(L0 / L) (through tau) and, with
+    Adam, the blocks' learning rates times sqrt(L0 / L)."""
+    m = spec.model
+    L, L0 = m.depth, (m.base_depth or m.depth)
+    dm = math.sqrt(L0 / L)
+    tau = getattr(model, "tau", None)
+    if tau is not None:
+        with torch.no_grad():
+            tau.value.mul_(dm)
+    if spec.train.optimizer in ("adam", "adamw"):
+        for name, p in model.named_parameters():
+            if name.startswith("blocks."):
+                setattr(p, LR_MULT, getattr(p, LR_MULT, 1.0) * dm)

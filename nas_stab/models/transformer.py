@@ -3,7 +3,9 @@
 Multi-branch as in the STAM authors' Transformer code: `branches: C` builds C
 copies of a mini block, i.e. attention with ``H = C * heads_per_branch`` heads
 of size `head_dim` (heads are the attention branches) and an FFN of width
-``C * ffn_per_branch`` (hidden slices are the FFN branches). Everything is one
+``C * ffn_per_branch``, or ``C * round(ffn_ratio * d_model / C)`` with
+`ffn_ratio` (growing with d_model, as muP needs) (hidden slices are the FFN
+branches). Everything is one
 batched op: the heads live in one projection, the FFN branches are slices of
 one wide FFN, so ``fc2`` already sums the branches. The aggregation weight
 alpha (relative to `aggregation_base`) multiplies ``out_proj(attention)`` and
@@ -41,7 +43,14 @@ decoder and the output projection (the vocabulary is joint). `init:
 deepnorm` (implied by `skip: deepnorm`) uses Xavier-normal on the whole
 projections with DeepNet's beta as the gain of the value, output and FFN
 projections (gain 1 on queries and keys); `init: zero_last` is the stock
-init with ``out_proj`` and ``fc2`` zeroed.
+init with ``out_proj`` and ``fc2`` zeroed. Every init is recorded on its
+tensor (`base.record_init`) for muP.
+
+`parametrization: mup` (`parametrization.apply`, width d_model) sets three
+multipliers whose defaults are SP's, bit for bit: `Transformer.embed_scale`
+(sqrt(d); muP: the base's sqrt(d0)), `Transformer.readout_mult` (1; muP:
+d0 / d, on the tied readout's input) and `MultiHeadAttention.scale` (None,
+SDPA's 1/sqrt(dh); muP: sqrt(dh0) / dh).
 """
 from __future__ import annotations
 
@@ -52,16 +61,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS
-from nas_stab.models.base import StableModel, Tap, Tau, model_tau, branch_alpha, deepnorm_constants
+from nas_stab.models.base import StableModel, Tap, Tau, model_tau, branch_alpha, deepnorm_constants, record_init
 from nas_stab.config.schema import ModelConfig
 
-__all__ = ["Transformer", "check_transformer"]
+__all__ = ["Transformer", "check_transformer", "ffn_width"]
 
 SUPPORTED_INIT = ("kaiming", "zero_last", "deepnorm", "xavier_branch")
 QKV_GAIN = 2 ** -0.5  # fairseq's MultiheadAttention: "the scaled initialization" of q, k, v
 VISION_KEYS = {
     "depth": "use enc_layers and dec_layers",
-    "width": "use d_model and ffn_per_branch",
+    "width": "use d_model and ffn_per_branch (or ffn_ratio)",
     "branch_depth": "the transformer's branches are heads and FFN slices",
     "stages": "stages applies to plainnet",
     "ln_mode": "its LayerNorm normalizes over d_model",
@@ -80,6 +89,22 @@ def _xavier_(w: torch.Tensor, fan_in: int, fan_out: int, gain: float = 1.0, norm
             w.uniform_(-a, a)
 
 
+def _record_xavier(w: torch.Tensor, fan_in: int, fan_out: int, gains: tuple[float, ...]) -> None:
+    """Record the Xavier init of the whole parameter `w` (equal row blocks, one per gain: q, k, v share one
+    projection) as `base.record_init` does: variance mean(gain^2) * 2 / (fan_in + fan_out), the same for
+    Xavier-uniform and Xavier-normal. The blocks' gains do not change with d_model, so muP's rescaling, a ratio
+    of this std to the base model's, is exact for every block."""
+    record_init(w, (fan_in + fan_out) / 2, sum(g * g for g in gains) / len(gains))
+
+
+def ffn_width(cfg) -> int:
+    """Units of one FFN branch: round(ffn_ratio * d_model / branches) with `model.ffn_ratio` (it grows with
+    d_model, as muP needs), else the fixed `ffn_per_branch`."""
+    if cfg.ffn_ratio is not None:
+        return round(cfg.ffn_ratio * cfg.d_model / cfg.branches)
+    return cfg.ffn_per_branch
+
+
 class MultiHeadAttention(nn.Module):
     """H = C * heads_per_branch heads of size dh in one projection; returns alpha * out_proj(heads)."""
 
@@ -94,24 +119,31 @@ class MultiHeadAttention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(d, 3 * inner)
         self.out_proj = nn.Linear(inner, d)
-        self.logits_tap = Tap()  # the probes' view of the attention logits: tap(q, k, mask, causal)
+        self.logits_tap = Tap()  # the probes' view of the attention logits: tap(q, k, mask, causal, scale)
+        # the logits' multiplier: None is 1/sqrt(dh) (SP); muP sets sqrt(dh0) / dh (parametrization.apply)
+        self.scale: float | None = None
 
     def reset_parameters(self, beta: float = 1.0, normal: bool = False, zero_out: bool = False,
                          per_branch: bool = False) -> None:
         """Xavier on the whole projections (fairseq; DeepNet's gains with `normal`),
         or with one branch's fans and gain 1 (`per_branch`: init xavier_branch)."""
         d, inner, bw = self.out_proj.out_features, self.H * self.dh, self.branch_width
+        width = bw if per_branch else inner
+        qk = 1.0 if (normal or per_branch) else QKV_GAIN
+        vg = beta if normal else qk
         if self.cross:
             q, (k, v) = self.q_proj.weight, self.kv_proj.weight.view(2, inner, d)
             biases = (self.q_proj.bias, self.kv_proj.bias)
+            _record_xavier(self.q_proj.weight, d, width, (qk,))
+            _record_xavier(self.kv_proj.weight, d, width, (qk, vg))
         else:
             q, k, v = self.qkv_proj.weight.view(3, inner, d)
             biases = (self.qkv_proj.bias,)
-        width = bw if per_branch else inner
-        qk = 1.0 if (normal or per_branch) else QKV_GAIN
-        for w, gain in ((q, qk), (k, qk), (v, beta if normal else qk)):
+            _record_xavier(self.qkv_proj.weight, d, width, (qk, qk, vg))
+        for w, gain in ((q, qk), (k, qk), (v, vg)):
             _xavier_(w, d, width, gain, normal)
         _xavier_(self.out_proj.weight, width, d, beta, normal)
+        _record_xavier(self.out_proj.weight, width, d, (beta,))
         with torch.no_grad():
             for b in biases + (self.out_proj.bias,):
                 b.zero_()
@@ -140,8 +172,8 @@ class MultiHeadAttention(nn.Module):
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
                 causal = False
-        self.logits_tap(q, k, mask, causal)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        self.logits_tap(q, k, mask, causal, self.scale)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale)
         if self.training and self.p > 0:
             # one Bernoulli draw per head per forward call, shared by tokens and batch
             keep = (torch.rand(1, self.H, 1, 1, device=o.device) >= self.p).to(o.dtype) / (1.0 - self.p)
@@ -165,6 +197,8 @@ class FeedForward(nn.Module):
         width = self.f if per_branch else self.fc1.out_features
         _xavier_(self.fc1.weight, d, width, beta, normal)
         _xavier_(self.fc2.weight, width, d, beta, normal)
+        _record_xavier(self.fc1.weight, d, width, (beta,))
+        _record_xavier(self.fc2.weight, width, d, (beta,))
         with torch.no_grad():
             self.fc1.bias.zero_()
             self.fc2.bias.zero_()
@@ -259,6 +293,9 @@ class Transformer(StableModel):
         deep = cfg.skip == "deepnorm" or cfg.init == "deepnorm"
         dn = deepnorm_constants(self.n_enc, self.n_dec)
         self.embed = nn.Embedding(vocab, d, padding_idx=pad)
+        # the embedding's multiplier and the tied readout's input multiplier: SP's sqrt(d) and 1; muP sets
+        # sqrt(d0) and d0 / d (d0 the base d_model; parametrization.apply)
+        self.embed_scale, self.readout_mult = math.sqrt(d), 1.0
         self.register_buffer("pe", sinusoids(256, d), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -266,7 +303,7 @@ class Transformer(StableModel):
             return MultiHeadAttention(d, H, dh, cfg.heads_per_branch, a, cfg.head_dropout, cross)
 
         def ffn():
-            return FeedForward(d, C, cfg.ffn_per_branch, a)
+            return FeedForward(d, C, ffn_width(cfg), a)
 
         blocks, betas = [], []
         for side, n, kinds in (("enc", self.n_enc, (False, None)), ("dec", self.n_dec, (False, True, None))):
@@ -285,6 +322,7 @@ class Transformer(StableModel):
         with torch.no_grad():
             self.embed.weight.normal_(0.0, d**-0.5)
             self.embed.weight[pad].zero_()
+        record_init(self.embed.weight, d, 1.0)
         for b, beta in zip(self.blocks, betas):
             b.fn.reset_parameters(beta=beta, normal=deep, zero_out=cfg.init == "zero_last",
                                   per_branch=cfg.init == "xavier_branch")
@@ -303,7 +341,7 @@ class Transformer(StableModel):
         T = tokens.shape[1]
         if start + T > self.pe.shape[0]:
             self.pe = sinusoids(2 * (start + T), self.d).to(self.pe.device)
-        x = self.embed(tokens) * math.sqrt(self.d) + self.pe[start : start + T].to(self.embed.weight.dtype)
+        x = self.embed(tokens) * self.embed_scale + self.pe[start : start + T].to(self.embed.weight.dtype)
         return self.drop(x)
 
     def encode(self, src: torch.Tensor):
@@ -329,6 +367,8 @@ class Transformer(StableModel):
                 x = blk(x)
         if self.dec_norm is not None:
             x = self.dec_norm(x)
+        if self.readout_mult != 1.0:
+            x = x * self.readout_mult  # muP's tied readout (the mup package's MuSharedReadout) reads x / r
         return F.linear(x, self.embed.weight)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
@@ -356,7 +396,8 @@ def check_transformer(spec) -> tuple[tuple, str] | None:
     unsupported = {
         "norm": (("none", "ln"), "the transformer normalizes with LayerNorm or not at all"),
         "skip_norm": (("ln",), "batch norm over padded token batches is not supported"),
-        "parametrization": (("weight",), "the path-space parametrization needs ReLU chains, not attention"),
+        "parametrization": (("weight", "sp", "mup", "depth_mup"),
+                            "the path-space parametrization needs ReLU chains, not attention"),
         "init": (SUPPORTED_INIT, "fixup/stam_* inits are defined for ReLU branches"),
         "block": (("post",), "the pre-activation block is resnet's and resnext's; use norm_position"),
     }
@@ -374,6 +415,21 @@ def check_transformer(spec) -> tuple[tuple, str] | None:
         return ("model", "head_dim"), (
             f"d_model {m.d_model} is not divisible by branches x heads_per_branch = {H}; set model.head_dim"
         )
+    return _check_ffn_ratio(m)
+
+
+def _check_ffn_ratio(m) -> tuple[tuple, str] | None:
+    """`ffn_ratio` replaces `ffn_per_branch` (refused together rather than one silently ignored) and must give
+    each branch at least one unit."""
+    if m.ffn_ratio is None:
+        return None
+    if m.ffn_per_branch != _DEFAULTS.ffn_per_branch:
+        return ("model", "ffn_per_branch"), (
+            f"ffn_ratio {m.ffn_ratio} sets the FFN width (round(ffn_ratio * d_model / branches) per branch) in place of "
+            f"ffn_per_branch {m.ffn_per_branch}: give one of them")
+    if ffn_width(m) < 1:
+        return ("model", "ffn_ratio"), (
+            f"ffn_ratio {m.ffn_ratio} x d_model {m.d_model} / branches {m.branches} rounds to an FFN branch of 0 units")
     return None
 
 

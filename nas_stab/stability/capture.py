@@ -116,8 +116,10 @@ class Capture:
         q, k = inp[0], inp[1]
         mask = inp[2] if len(inp) > 2 else None
         causal = bool(inp[3]) if len(inp) > 3 else False
+        scale = inp[4] if len(inp) > 4 else None  # the attention's own (muP: sqrt(dh0) / dh); None: 1/sqrt(dh)
         with torch.no_grad():
-            lg = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            lg = q.detach().float() @ k.detach().float().transpose(-2, -1)
+            lg = lg / math.sqrt(q.shape[-1]) if scale is None else lg * scale
             if mask is not None:
                 lg = lg.masked_fill(~mask if mask.dtype == torch.bool else mask == float("-inf"), float("-inf"))
             if causal:
