@@ -489,3 +489,22 @@ def test_transformer_coordinate_check_sp_grows_with_d_model_mup_stays_flat(tmp_p
         slopes = {(r["model.parametrization"], r["metric"]): float(r["slope"]) for r in csv.DictReader(f)}
     sp, mu = slopes[("sp", "final_output_logit_rms")], slopes[("mup", "final_output_logit_rms")]
     assert sp > 0.3 and abs(mu) < 0.25 and sp - mu > 0.35, (sp, mu)
+
+
+def test_depth_mup_counts_residual_blocks_not_layers():
+    """The resnet's depth 6n + 2 has L = 3n residual blocks: Depth-muP's multiplier is sqrt(L0 / L) in blocks
+    (base depth 8: 3 blocks; depth 20: 9 blocks; sqrt(3/9), not sqrt(8/20)); the plain mlp, which has no
+    residual branch, is refused."""
+    from nas_stab.errors import SpecError
+
+    text = SPEC.format(arch="resnet", depth=20, width=16, param="depth_mup", opt="adam", branches=1)
+    with pytest.raises(SpecError, match="base_depth 2 is not a depth of resnet"):
+        loads_spec(text)
+    spec = loads_spec(text.replace("base_depth: 2}", "base_depth: 8}"))
+    torch.manual_seed(0)
+    m = build_model(spec, IMAGES)
+    assert float(m.tau.value) == pytest.approx(math.sqrt(3 / 9))
+    lrs = lrs_by_name(m, build_optimizer(m, spec.train))
+    assert lrs["blocks.0.branch.layers.0.weight"][0] == pytest.approx(math.sqrt(3 / 9))  # width = base: muP's 1
+    with pytest.raises(SpecError, match="plain mlp has none"):
+        build(16, "depth_mup", arch="mlp", depth=4)

@@ -81,6 +81,9 @@ def check(spec) -> tuple[tuple, str] | None:
     p = m.parametrization
     if p not in WIDTH_FORMS:
         return None
+    if p == "depth_mup" and m.arch == "mlp":
+        return ("model", "parametrization"), ("depth_mup scales residual branches; the plain mlp has none "
+                                              "(use mlp_resnet, or mup)")
     if p == "depth_mup" and m.arch == "transformer":
         return ("model", "parametrization"), ("depth_mup is not implemented for the transformer: its depth is "
                                               "enc_layers and dec_layers, not model.depth (Depth-muP's branch "
@@ -96,6 +99,14 @@ def check(spec) -> tuple[tuple, str] | None:
                                          f"(model.base_width; each {wkey} would otherwise be its own base, i.e. sp)")
     if p == "depth_mup" and "model.depth" in searched and m.base_depth is None:
         return ("model", "base_depth"), "model.depth is searched: depth_mup needs a fixed base depth (model.base_depth)"
+    if p == "depth_mup" and m.base_depth is not None and m.base_depth != m.depth:
+        from nas_stab.models import ARCHS
+
+        arch_check = ARCHS.entry(m.arch).info.get("check")
+        base = dataclasses.replace(spec, model=dataclasses.replace(m, depth=m.base_depth, parametrization="weight"))
+        problem = arch_check(base) if arch_check else None
+        if problem:
+            return ("model", "base_depth"), f"base_depth {m.base_depth} is not a depth of {m.arch}: {problem[1]}"
     width = getattr(m, wkey)
     if m.base_width is not None and m.base_width > width * 64:
         return ("model", "base_width"), f"base_width {m.base_width} is more than 64x the {wkey} {width}"
@@ -196,7 +207,7 @@ def apply(model: nn.Module, spec, info, build) -> list[str]:
             head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))
         head._nas_output_mult = 1.0 / r_in  # for the record (and the tests)
     if m.parametrization == "depth_mup":
-        _depth_mup(model, spec)
+        _depth_mup(model, spec, info, build)
     return notes
 
 
@@ -238,16 +249,22 @@ def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> Non
                 mod.scale = math.sqrt(dh0) / mod.dh
 
 
-def _depth_mup(model: nn.Module, spec) -> None:
-    """Depth-muP relative to base_depth L0: the residual branches times sqrt(L0 / L) (through tau) and, with
-    Adam, the blocks' learning rates times sqrt(L0 / L)."""
+def _depth_mup(model: nn.Module, spec, info, build) -> None:
+    """Depth-muP relative to base_depth: the residual branches times sqrt(L0 / L) (through tau) and, with
+    Adam, the blocks' learning rates times sqrt(L0 / L), where L and L0 count residual blocks (`Tau.L`): the
+    mlp_resnet's depth, the resnet's 3n of depth 6n + 2."""
     m = spec.model
-    L, L0 = m.depth, (m.base_depth or m.depth)
+    tau = model.tau
+    L = tau.L
+    if m.base_depth is None or m.base_depth == m.depth:
+        L0 = L
+    else:
+        with torch.device("meta"):  # only its block count: no memory, no init
+            L0 = build(dataclasses.replace(spec, model=dataclasses.replace(m, depth=m.base_depth, parametrization="weight")),
+                       info).tau.L
     dm = math.sqrt(L0 / L)
-    tau = getattr(model, "tau", None)
-    if tau is not None:
-        with torch.no_grad():
-            tau.value.mul_(dm)
+    with torch.no_grad():
+        tau.value.mul_(dm)
     if spec.train.optimizer in ("adam", "adamw"):
         for name, p in model.named_parameters():
             if name.startswith("blocks."):
