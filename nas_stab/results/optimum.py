@@ -391,8 +391,12 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
         # and a parabola's vertex can overshoot an asymmetric peak's top: the lower ends also take the curves
         # without any parabola (each size's best measured point and straight lines between measured points)
         flat = np.ones_like(no_parabola)
+        # and where the reference size's replicates put its optimum (their 5% and 95% quantiles, not widened): on a
+        # flat top the fit's vertex wanders, and the regret of the optimum it did not happen to pick must be inside
+        rep_lo, rep_hi = _nanquantiles(reps["xstar"], ((1 - ci) / 2, (1 + ci) / 2))
         for end, both, mask in ((half_lo, True, no_parabola), (half_hi, True, no_parabola), (far_lo, False, no_parabola),
-                                (far_hi, False, no_parabola), (half_lo, False, flat), (half_hi, False, flat)):
+                                (far_hi, False, no_parabola), (half_lo, False, flat), (half_hi, False, flat),
+                                (rep_lo, True, no_parabola), (rep_hi, True, no_parabola)):
             t = np.where(ref_trains, end[ar, ref], np.nan)
             t = np.where(np.isfinite(t), t, point["t"][0])
             alt = fit(P[None], X, sign, thr, U, ref, pruned=mask, full=False, at=t[None])
@@ -479,7 +483,7 @@ def _regret_floor(V, SP, X, point, trains, ref, sign) -> tuple[np.ndarray, np.nd
         k = np.sqrt(n / np.maximum(n - 1, 1)) * stdtrit(np.maximum(n - 1, 1), 0.95)
         margin = np.where(n >= 1, k * sd / np.sqrt(np.maximum(n, 1)), np.nan)
         best_lo = np.nanmax(np.where(np.isfinite(SP), SP - margin, np.nan), -1)  # [K, S]
-        step = np.nanmax(np.abs(np.diff(X, axis=-1)), -1)  # [K]
+        step = np.nanmax(np.abs(np.diff(X, axis=-1)), -1) if L > 1 else np.zeros(K)  # [K]: the widest grid step
         t = point["t"][0][:, None]  # [K, 1]: the lr carried to every size of the row
         near = np.isfinite(SP) & (np.abs(X[:, None, :] - t[..., None]) <= step[:, None, None] + 1e-9)
         m_t = np.nanmax(np.where(near, margin, np.nan), -1)
