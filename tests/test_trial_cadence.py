@@ -55,6 +55,18 @@ def test_earlier_default_keeps_the_hash_of_an_earlier_run_directory(tmp_path):
     RunDir.open(tmp_path, adopted).close()  # resumes: no "different spec" error
     other = spec(stability=", every: 25")  # a real change is still refused
     assert RunDir.adopt_earlier_defaults(tmp_path, other) is other
-    with pytest.raises(Exception, match="different spec"):
+    with pytest.raises(Exception, match="different spec") as e:
         RunDir.open(tmp_path, other)
+    assert "changed: stability.every: 50 -> 25)" in str(e.value)  # the key that changed, not only two hashes
     assert RunDir.adopt_earlier_defaults(tmp_path / "elsewhere", now) is now  # no run directory: the new default
+
+
+def test_spec_changes_names_each_changed_key():
+    from nas_stab.results.rundir import spec_changes
+
+    old = {"meta": {"spec_hash": "a"}, "train": {"lr": 0.1, "steps": 10}, "space": {"model.width": [8, 16]}}
+    new = {"train": {"lr": 0.1, "steps": 20}, "space": {"model.width": [8, 32]}, "seeds": [0, 1]}
+    assert spec_changes(old, new) == ("seeds: '(unset)' -> [0, 1], space.model.width: [8, 16] -> [8, 32], "
+                                      "train.steps: 10 -> 20")
+    many = {"train": {f"k{i}": i for i in range(9)}}
+    assert spec_changes({}, many, limit=2).endswith(" and 7 more")

@@ -157,6 +157,27 @@ def invocation() -> str | None:
     return "nas-stab " + shlex.join(argv[1:])
 
 
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as {dotted.key: leaf value} (lists are leaves)."""
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
+    """The keys whose values differ between a run directory's stored spec and the one now given, as
+    ``key: old -> new`` (at most `limit`, then how many more): what the refusal of a changed spec names."""
+    a = _flat({k: v for k, v in stored.items() if k != "meta"})
+    b = _flat({k: v for k, v in new.items() if k != "meta"})
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k, "(unset)") != b.get(k, "(unset)")]
+    parts = [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys[:limit]]
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(parts) + more
+
+
 def meta_for(spec) -> dict:
     import torch
 
@@ -240,8 +261,10 @@ class RunDir:
         old = rd.read_meta()
         if old is not None and old.get("spec_hash") != h:
             rd._release()
+            changed = spec_changes(stored_spec(path) or {}, rd.spec_plain(spec))
             raise RunError(
-                f"{path} holds a run of a different spec (hash {old.get('spec_hash')} vs {h}); "
+                f"{path} holds a run of a different spec (hash {old.get('spec_hash')} vs {h}"
+                + (f"; changed: {changed}" if changed else "") + "); "
                 "rerun with --fresh to move the old run aside and start over, or choose another --out"
             )
         if old is None:
