@@ -164,7 +164,7 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
         for k, v in d.items():
             out.update(_flat(v, f"{prefix}{k}."))
         return out
-    return {prefix[:-1]: d}
+    return {prefix[:-1]: d} if prefix else {}
 
 
 def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
