@@ -235,6 +235,10 @@ def _run(args, setup_done) -> int:
             if spec is not loaded:
                 rd.log("this run directory was made before defaults changed; it keeps its values (spec.yaml)")
             print(f"run directory: {rd.path}", file=sys.stderr)
+            from nas_stab.results.status import watch_commands
+
+            for c in watch_commands(spec, rd.path):
+                print(f"watch it: {c}", file=sys.stderr)
             if spec.runner.kind == "ray":
                 from nas_stab.search.ray_runner import run_ray as run
             else:

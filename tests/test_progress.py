@@ -49,6 +49,22 @@ def test_status_says_whether_a_driver_is_running(tmp_path):
     assert "running now" in held and "left" in held
     dead = status_text(tmp_path / "tiny")
     assert "not running" in dead and "2 runs not trained yet" in dead and "left" not in dead
+    # how to watch it live: the study in optuna-dashboard, the logs in TensorBoard when they are written
+    d = (tmp_path / "tiny").resolve()
+    assert f"watch: optuna-dashboard sqlite:///{d / 'study.db'}" in dead
+
+
+def test_watch_commands_mask_a_storage_password(tmp_path):
+    import dataclasses
+
+    from nas_stab.results.status import watch_commands
+
+    spec = loads_spec(TINY)
+    spec = dataclasses.replace(spec, search=dataclasses.replace(spec.search, storage="postgresql://me:s3cret@127.0.0.1/db"))
+    cmds = watch_commands(spec, tmp_path)
+    assert "optuna-dashboard postgresql://me:***@127.0.0.1/db" in cmds and not any("s3cret" in c for c in cmds)
+    tb = dataclasses.replace(spec, logging=dataclasses.replace(spec.logging, tensorboard=True))
+    assert f"tensorboard --logdir {tmp_path.resolve() / 'tensorboard'}" in watch_commands(tb, tmp_path)
 
 
 def test_sigterm_is_handled_like_ctrl_c_and_the_rerun_says_it_resumes(tmp_path):

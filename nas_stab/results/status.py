@@ -73,7 +73,23 @@ def status_text(run_dir: Path) -> str:
         else:
             rest = f"; {planned - done} runs not trained yet: rerun `nas-stab run` with the same file to finish" if planned > done else ""
         lines.append(f"  not running (no driver holds the run directory); time used {used:.1f} s{rest}")
+    lines += [f"  watch: {c}" for c in watch_commands(spec, run_dir)]
     return "\n".join(lines)
+
+
+def watch_commands(spec, run_dir: Path) -> list[str]:
+    """How to watch a search live: TensorBoard on the run's logs (when `logging.tensorboard`) and
+    optuna-dashboard on its study (the run directory's study.db, or `search.storage` with any password
+    masked)."""
+    import re
+
+    d = Path(run_dir).resolve()
+    out = []
+    if getattr(getattr(spec, "logging", None), "tensorboard", False):
+        out.append(f"tensorboard --logdir {d / 'tensorboard'}")
+    url = spec.search.storage or f"sqlite:///{d / 'study.db'}"
+    out.append("optuna-dashboard " + re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url))
+    return out
 
 
 def _scored_outer_trials(run_dir: Path, spec) -> int | None:
