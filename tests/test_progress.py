@@ -20,7 +20,7 @@ def test_plain_lines_name_the_configuration_and_count():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("complete: branches=2 lr=0.05 seed 0 val_acc 0.5 in 1s | [1/4] complete 1")
     assert lines[1].startswith("diverged: branches=1 lr=50 seed 0 in 0s | [2/4] complete 1  pruned 0  diverged 1")
-    assert "best val_acc 0.5 (trial 0 seed 0)" in lines[1] and "left" in lines[1]
+    assert "best single run val_acc 0.5 (trial 0 seed 0)" in lines[1] and "left" in lines[1]
 
 
 def test_live_display_shows_running_configurations_and_prints_finished_runs():

@@ -57,7 +57,8 @@ def status_text(run_dir: Path) -> str:
     if best:
         v, r = best
         params = ", ".join(f"{d.key}={r.get(d.key)}" for d in spec.space)
-        lines.append(f"  best {spec.search.objective} {v:.4g}: trial {r['trial']} seed {r['seed']} ({params})")
+        lines.append(f"  best single run {spec.search.objective} {v:.4g}: trial {r['trial']} seed {r['seed']} ({params}); "
+                     "the leaderboard ranks seed means")
     left = (used / done) * max(0, planned - done) if done and planned is not None else float("nan")
     alive = driver_alive(run_dir)
     if alive:

@@ -117,7 +117,8 @@ class Progress:
         if self.total and self.done_now:
             rate = elapsed / self.done_now
             left = f", ~{duration(rate * max(0, self.total - done), clock=True)} left"
-        best = f"best {self.spec.search.objective} {self.best[0]:.4g} ({self.best[1]})" if self.best else "best: none yet"
+        best = (f"best single run {self.spec.search.objective} {self.best[0]:.4g} ({self.best[1]})" if self.best
+                else "best single run: none yet")  # one seed; the leaderboard ranks seed means
         c = self.counts
         return (f"[{done}/{self.total or '?'}] complete {c['complete']}  pruned {c['pruned']}  diverged {c['diverged']}  "
                 f"failed {c['failed']} | {best} | {duration(elapsed, clock=True)} elapsed{left}")
