@@ -50,6 +50,14 @@ def test_null_removes_a_base_dimension_and_chains_resolve(tmp_path):
     leaf = write(tmp_path / "sub" / "leaf.yaml", "extends: ../mid.yaml\nname: leaf\nmodel: {width: 32}\n")
     spec = load_spec(leaf)
     assert spec.space.keys == ("train.lr",) and spec.model.width == 32 and spec.model.depth == 2
+    # on the command line too, and editors' JSON Schema accepts the null
+    assert load_spec(tmp_path / "base.yaml", ["space.model.branches=null", "leaderboard.transfer=null"]).space.keys == ("train.lr",)
+    import jsonschema
+    import yaml
+
+    from nas_stab.config.json_schema import json_schema
+
+    jsonschema.validate(yaml.safe_load((tmp_path / "mid.yaml").read_text()), json_schema())
 
 
 def test_same_resolved_spec_same_hash(tmp_path):

@@ -92,8 +92,10 @@ def _number_list(n: int) -> dict:
 _SCALAR_VALUE = {"type": ["number", "string", "boolean", "null"]}
 
 DIMENSION = {
-    "description": "values to search: a list (categorical / grid dimension) or one distribution",
+    "description": "values to search: a list (categorical / grid dimension) or one distribution; null removes a "
+                   "dimension an extended file (extends:) or --set declared",
     "anyOf": [
+        {"type": "null"},
         {"type": "array", "items": _SCALAR_VALUE, "minItems": 1},
         {
             "type": "object",

@@ -138,6 +138,9 @@ def _set_path(data: dict, path: tuple, value: Any, text: str) -> None:
             raise SpecError(f"space is not a mapping (it is a {type(node).__name__}): it cannot take a dimension",
                             file=f"--set {text}")
         data["space"] = node
+        if value is None:  # --set space.train.lr=null removes the dimension, as null does under extends:
+            node.pop(".".join(path[1:]), None)
+            return
         node[".".join(path[1:])] = value
         return
     node = data
