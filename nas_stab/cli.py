@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 143
     except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        print("interrupted (Ctrl-C): runs in progress were closed as interrupted; rerun the same command to resume",
+              file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a read-only or unusable --out: one line, never a traceback
         where = f"{e.filename}: " if e.filename else ""
@@ -168,8 +169,10 @@ def cmd_validate(args) -> int:
                   f"{n_seeds} seed(s) = {runs} runs at least; bracket adds learning rates until each size's optimum is "
                   f"bracketed (search.transfer: {', '.join(spec.search.transfer.objectives)}, inner: bracket)")
         else:
-            print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {inner} sizes x lrs x "
-                  f"{n_seeds} seed(s) = {runs} runs (search.transfer: {', '.join(spec.search.transfer.objectives)})")
+            n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
+            print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
+                  f"{inner // max(1, n_sizes)} lrs x {n_seeds} seed(s) = {runs} runs "
+                  f"(search.transfer: {', '.join(spec.search.transfer.objectives)})")
     elif spec.search.sampler in ("grid", "bracket"):
         points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
         runs = points * n_seeds

@@ -102,7 +102,7 @@ def _old_spec_hash(spec) -> str:
     plain["model"].pop("stages", None)  # and model.stages (plainnet) came after them
     plain["search"].pop("population_size", None)  # then search.population_size (nsga2)
     plain["model"].pop("layer_skip", None)  # and model.layer_skip (mlp, plainnet)
-    for k in ("base_width", "base_depth", "readout_zero_init"):  # then the muP keys
+    for k in ("base_width", "base_depth", "readout_zero_init", "ffn_ratio"):  # then the muP keys
         plain["model"].pop(k, None)
     plain["space"] = spec.raw.get("space") if spec.raw else None
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -101,7 +101,8 @@ def test_three_stage_plainnet_is_unchanged_bit_for_bit(monkeypatch, knobs):
     plain["search"].pop("bracket", None)
     plain["search"].pop("transfer", None)
     plain["search"].pop("population_size", None)  # (added after stages)
-    for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip", "base_width", "base_depth", "readout_zero_init"):
+    for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip", "base_width", "base_depth", "readout_zero_init",
+              "ffn_ratio"):
         plain["model"].pop(k, None)
     plain["space"] = s.raw.get("space") if s.raw else None
     assert spec_hash(s) == hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]

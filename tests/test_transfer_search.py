@@ -335,7 +335,8 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
     from nas_stab.results.leaderboard import BRACKET_END_TEXT
     from nas_stab.results.values import fmt_value
 
-    decided = {(fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]
+    # (a sampled continuous value labels its row with the key's name: "aggregation_exponent=0.417022")
+    decided = {("aggregation_exponent=" + fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]
                for t in trials for e in _sweeps_of(spec, t).report(got)}
     assert a.sizes.set_index(["label", "size"])["bracket_end"].to_dict() == decided and "" not in decided.values()
     # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)

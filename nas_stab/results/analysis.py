@@ -402,11 +402,19 @@ def _label_codes(df: pd.DataFrame, compare: tuple[str, ...]) -> tuple[np.ndarray
     frame = pd.DataFrame({f"c{i}": c for i, (c, _) in enumerate(parts)})
     codes = frame.groupby(list(frame.columns), sort=True).ngroup().to_numpy()
     firsts = frame.assign(_g=codes).drop_duplicates("_g").sort_values("_g")
+    keyed = [_continuous(parts[i][1]) for i in range(len(compare))]
     labels = []
     for key in firsts[list(frame.columns)].itertuples(index=False, name=None):
         vals = tuple(parts[i][1][c][1] for i, c in enumerate(key))
-        labels.append((", ".join(fmt_value(v) for v in vals), vals))
+        text = [f"{k.rsplit('.', 1)[-1]}={fmt_value(v)}" if named else fmt_value(v) for k, v, named in zip(compare, vals, keyed)]
+        labels.append((", ".join(text), vals))
     return codes, labels
+
+
+def _continuous(forms: list) -> bool:
+    """A compare key whose values include a non-integer number (a sampled continuous value, as a transfer
+    search's outer trials have): its label carries the key's name, since a bare 0.550798 says nothing."""
+    return any(isinstance(v, float) and math.isfinite(v) and not float(v).is_integer() for _, v in forms)
 
 
 def _other_keys(df: pd.DataFrame, used: tuple) -> list[str]:
