@@ -116,3 +116,23 @@ def test_cli_probe_subprocess(tmp_path):
     bad.write_text(PROBE.replace("width: 16", "widht: 16"))
     r = run_cli("probe", bad, cwd=tmp_path)
     assert r.returncode == 2 and "did you mean 'width'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_probe_titles_wrap_to_their_panel():
+    """A panel title longer than its axes is wrapped, not clipped at both edges; a probe with nothing to
+    compare is titled 'every configuration', not 'all'."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from nas_stab.stability.probe_plots import _label, _title
+
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    long = "parametrization=depth_mup, lr=0.003, aggregation=stam: after 3 step(s) on the probe batch"
+    _title(axes[0], long, 9)
+    text = axes[0].get_title()
+    assert "\n" in text and text.replace("\n", " ") == long
+    assert max(len(line) for line in text.splitlines()) <= 8 * 0.5 * 72 / (9 * 0.55) * 1.1 + 1
+    plt.close(fig)
+    assert _label({}, []) == "every configuration"

@@ -77,13 +77,13 @@ def _coord_layers(rows, size_key, line_keys: list[str], prefixes: list[str], ste
             ax.set_xticks(xs)
             ax.set_xticklabels([fmt(x) for x in xs])
             when = "init" if prefix == "init_" else f"after {steps} step(s)"
-            ax.set_title(f"{_label(dict(zip(keys, lab)), keys)}: {when}", fontsize=9)
+            _title(ax, f"{_label(dict(zip(keys, lab)), keys)}: {when}", 9)
             ax.set_xlabel(size_key, fontsize=8)
             ax.set_ylabel("activation RMS", fontsize=8)
             ax.grid(alpha=0.3)
             if len(layers) <= 12:
                 ax.legend(fontsize=6, loc="best")
-    fig.suptitle(f"coordinate check: every layer's activation RMS against {size_key}", fontsize=10)
+    _suptitle(fig, f"coordinate check: every layer's activation RMS against {size_key}", fontsize=10)
     return _save(fig, path)
 
 
@@ -139,15 +139,33 @@ def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, 
         ax.grid(alpha=0.3, which="major")
     axes[0].legend(fontsize=6, loc="best")
     when = "at init" if prefix == "init_" else f"after {steps} step(s) on the probe batch"
-    fig.suptitle(f"stability metrics {when} against {size_key} (coordinate check: flat lines = stable across sizes)",
+    _suptitle(fig, f"stability metrics {when} against {size_key} (coordinate check: flat lines = stable across sizes)",
                  fontsize=10)
     return _save(fig, path)
+
+
+def _fill(text: str, width_in: float, fontsize: float) -> str:
+    """`text` wrapped to lines that fit `width_in` inches at `fontsize` points (about 0.55 em a character)."""
+    import textwrap
+
+    return textwrap.fill(text, max(20, int(width_in * 72 / (fontsize * 0.55))))
+
+
+def _title(ax, text: str, fontsize: float) -> None:
+    """A panel title wrapped to its axes' width (a long configuration label was clipped at both edges)."""
+    fig = ax.get_figure()
+    ax.set_title(_fill(text, fig.get_size_inches()[0] * ax.get_position().width * 1.1, fontsize), fontsize=fontsize)
+
+
+def _suptitle(fig, text: str, fontsize: float = 10, **kw) -> None:
+    """The figure's title wrapped to its width."""
+    fig.suptitle(_fill(text, fig.get_size_inches()[0] * 0.95, fontsize), fontsize=fontsize, **kw)
 
 
 def _label(r: dict, keys: list[str]) -> str:
     """'aggregation=sum, init=kaiming'; a key inactive in this row (a `when:` dimension) is left out."""
     shown = [f"{k.split('.')[-1]}={fmt(r.get(k))}" for k in keys if r.get(k) not in (None, "")]
-    return ", ".join(shown) or "all"
+    return ", ".join(shown) or "every configuration"
 
 
 def _sort_key(v: Any):
@@ -228,7 +246,7 @@ def _panels(rows: list[dict], compare: list[str], others: list[str], value) -> l
             parts = [_label(rs_o[0], compare)] if compare else []
             if len(kept) > 1:
                 parts.append(_label(rs_o[0], others))
-            panels.append(("; ".join(parts) or "all", rs_o))
+            panels.append(("; ".join(parts) or "every configuration", rs_o))
     return panels
 
 
@@ -277,14 +295,14 @@ def _fwd_norm_plot(rows, size_key, compare, others, path: Path) -> Path | None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("block (0 = input of the first block)")
         ax.set_ylabel("forward RMS norm at init")
-        ax.set_title(title, fontsize=9)
+        _title(ax, title, 9)
         ax.grid(alpha=0.3, which="major")
     if vals:
         lo, hi = min(vals), max(vals)
         for ax in axes:  # one scale for every panel: the labels compare at a glance
             ax.set_ylim(lo / 1.5, hi * 1.5)
     axes[0].legend(fontsize=7, loc="best", title=size_key, title_fontsize=7)
-    fig.suptitle("forward norm per block at initialization (coordinate check: flat lines across sizes = stable)", fontsize=10)
+    _suptitle(fig, "forward norm per block at initialization (coordinate check: flat lines across sizes = stable)", fontsize=10)
     return _save(fig, path)
 
 
@@ -335,6 +353,6 @@ def _per_layer_plot(rows, keys: list[str], prefixes: list[str], steps: int, path
             ax.set_title(f"{m} {when}", fontsize=9)
             ax.grid(alpha=0.3, which="major")
     axes[0].legend(fontsize=7, loc="best")
-    fig.suptitle("per layer: BN sigma and hidden-gradient norm (median over seeds, band: range; Path-BN paper Fig. 4)",
+    _suptitle(fig, "per layer: BN sigma and hidden-gradient norm (median over seeds, band: range; Path-BN paper Fig. 4)",
                  fontsize=10)
     return _save(fig, path)
