@@ -156,7 +156,7 @@ def test_single_learning_rate_panel_has_a_sensible_x_range():
     for ax in fig.axes:
         assert ax.get_xlim() == pytest.approx((x0 - 1, x0 + 1))  # one octave either side, not a zoom to +-0.05
         assert list(ax.get_xticks()) == pytest.approx([x0])
-        assert "lr 0.002" in ax.get_xticklabels()[0].get_text()
+        assert ax.get_xticklabels()[0].get_text() == "0.002" and "log scale" in ax.get_xlabel()  # lr values, not log2
         lo, hi = ax.get_ylim()
         std = math.sqrt(2 * 0.75**2)  # means 20.75 and 21.75, std 1.06 over the two seeds
         assert lo < 20.75 - std and hi > 21.75 + std  # the error bars are inside the plot
@@ -215,3 +215,21 @@ def test_pngs_still_written():
         assert png.startswith(b"\x89PNG")
     empty = pd.DataFrame(columns=["_k", "_s", "block", "norm"])
     assert plots.fwd_norm_plot(a, empty) is None
+
+
+def test_lr_axes_are_labelled_with_learning_rates():
+    """The transfer plots' lr axes carry learning rates (0.0039), not log2 values (-8), at most 6 ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from nas_stab.results.plots import _lr_ticks
+
+    fig, ax = plt.subplots()
+    ax.set_xlim(-12.3, -6.2)
+    _lr_ticks(ax.xaxis, -12.3, -6.2)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert 2 <= len(labels) <= 6 and all(float(s) > 0 for s in labels)
+    assert [float(s) for s in labels] == sorted(float(s) for s in labels)
+    plt.close(fig)

@@ -120,21 +120,34 @@ def transfer_figure(a: Analysis):
                     ax.annotate(text, (xi, yi), xytext=(5, 0), textcoords="offset points", fontsize=_TICK_PT,
                                 va="center", ha="left", clip_on=True)
         ax.set_title(_wrap(title, panel_w - 0.4, _TITLE_PT), fontsize=_TITLE_PT)
-        ax.set_xlabel("log2(lr)")
+        ax.set_xlabel(f"{st.lr_key} (log scale)")
         ax.set_ylabel(st.metric)
         ax.set_xlim(*xlim)
         ax.set_ylim(*ylim)
         if single:
             lr0 = float(cells["lr"].iloc[0])
-            ax.set_xticks([xs[0]], [f"{xs[0]:.2f}\n(lr {lr0:.3g})"])
+            ax.set_xticks([xs[0]], [f"{lr0:.3g}"])
+        else:
+            _lr_ticks(ax.xaxis, *xlim)
         ax.grid(alpha=0.3)
     _size_legend(fig, axes, a)
-    head = (f"{st.metric} vs log2(lr).  *: fitted optimum of each size (hollow: censored at the grid's end), "
-            f"thick bar: its 90% interval;  x: a run diverged;  "
-            + ("hollow triangle: a run pruned (counted where it stopped);  " if (cells["n_pruned"] > 0).any() else "")
+    head = (f"{st.metric} against the learning rate.  *: each size's fitted optimum (hollow: censored), bar: its "
+            f"90% interval; x: diverged; "
+            + ("hollow triangle: pruned (where it stopped); " if (cells["n_pruned"] > 0).any() else "")
             + "error bars: std over seeds")
     _suptitle(fig, a, head, reserve=2.2 if st.transfer_key else 0.0)
     return fig
+
+
+def _lr_ticks(axis, lo: float, hi: float) -> None:
+    """Ticks of a log2(lr) axis labelled with learning rates (0.001, not -9.97): at whole octaves, thinned to
+    at most 6."""
+    first, last = int(np.ceil(lo)), int(np.floor(hi))
+    if last < first:
+        return
+    step = max(1, int(np.ceil((last - first + 1) / 6)))
+    ticks = list(range(first, last + 1, step))
+    axis.set_ticks(ticks, [f"{2.0 ** t:.2g}" for t in ticks])
 
 
 def optimum_figure(a: Analysis):
@@ -179,11 +192,15 @@ def optimum_figure(a: Analysis):
     lrs = np.log2(np.sort(a.cells["lr"].unique()))
     ax.axhspan(lrs[0] - 0.05, lrs[0], color="0.85", lw=0)
     ax.axhspan(lrs[-1], lrs[-1] + 0.05, color="0.85", lw=0)
-    ax.set_ylim(lrs[0] - 0.3, lrs[-1] + 0.3)
+    # every band inside the axes (an interval may reach beyond the grid: an unrefined optimum's neighbourhood)
+    ends = np.concatenate([lrs, sz["x_lo"].to_numpy(float), sz["x_hi"].to_numpy(float)])
+    ends = ends[np.isfinite(ends)]
+    ax.set_ylim(ends.min() - 0.3, ends.max() + 0.3)
+    _lr_ticks(ax.yaxis, ends.min() - 0.3, ends.max() + 0.3)
     sizes = sorted(set(zip(sz["u"], sz["size"])), key=lambda p: p[0])
     ax.set_xticks([p[0] for p in sizes], [f"{p[0]:.2g}\n({fmt_value(p[1])})" for p in sizes], fontsize=_TICK_PT)
     ax.set_xlabel(f"log2({st.transfer_key})")
-    ax.set_ylabel(f"fitted optimum log2({st.lr_key})")
+    ax.set_ylabel(f"fitted optimum {st.lr_key} (log scale)")
     ax.grid(alpha=0.3)
     fig.legend(loc="outside lower center", fontsize=8, title=_plain(_row_keys_line(a)), title_fontsize=8, ncols=1)
     fig.suptitle(_wrap(f"transfer plot: the fitted optimum lr of {st.metric} against size. Band: 90% interval; "
