@@ -10,8 +10,12 @@ of results) with `python tests/test_training_step.py --write`.
 
 Bit-exact results hold for one torch version on one kind of CPU: the kernels torch picks depend
 on the CPU's vector extensions (`torch.backends.cpu.get_cpu_capability()`: AVX2 and AVX512 round
-differently in the 7th digit), so the golden file records all three and the test is skipped
-elsewhere; regenerate it on the machine the suite runs on.
+differently in the 7th digit), so there is one golden file per instruction set
+(`train_run_golden.json`: AVX512, `train_run_golden_avx2.json`: AVX2), each recording torch's
+version, the machine and the capability. A machine checks every golden its CPU can run: its own in
+this process, a lower one (AVX2 on an AVX512 CPU) in a subprocess with `ATEN_CPU_CAPABILITY` set, so
+the AVX2 golden is exercised on the project's AVX512 machines too. Write one with
+`[ATEN_CPU_CAPABILITY=avx2] python tests/test_training_step.py --write`.
 """
 from __future__ import annotations
 
@@ -23,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-GOLDEN = Path(__file__).parent / "data" / "train_run_golden.json"
+GOLDEN = Path(__file__).parent / "data" / "train_run_golden.json"  # AVX512 (the project's machines)
+GOLDENS = {"AVX512": GOLDEN, "AVX2": Path(__file__).parent / "data" / "train_run_golden_avx2.json"}
+ORDER = ("DEFAULT", "AVX2", "AVX512")  # a CPU runs its own capability's kernels and every lower one's
 
 BASE = """\
 name: golden
@@ -65,15 +71,37 @@ def _plain(v):
     return v
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
-def test_train_run_bit_identical_to_golden(name):
-    import torch
+_BY_CAPABILITY: dict[str, dict] = {}
 
-    golden = json.loads(GOLDEN.read_text())
-    if golden["platform"] != _platform():
-        pytest.skip(f"golden results were made with torch {golden['platform'][0]} on {golden['platform'][1]} "
-                    f"({golden['platform'][2] if len(golden['platform']) > 2 else 'unknown'} kernels); here: {_platform()}")
-    got = json.loads(json.dumps(_plain(_run(name))))
+
+def _runs_with(capability: str) -> dict:
+    """Every golden run's results computed with `capability`'s kernels: in this process when it is this CPU's,
+    else in one subprocess with ATEN_CPU_CAPABILITY set (cached)."""
+    import os
+    import subprocess
+
+    if capability not in _BY_CAPABILITY:
+        if capability == _platform()[2]:
+            _BY_CAPABILITY[capability] = {n: json.loads(json.dumps(_plain(_run(n)))) for n in sorted(RUNS)}
+        else:
+            env = {**os.environ, "ATEN_CPU_CAPABILITY": capability.lower()}
+            out = subprocess.run([sys.executable, __file__, "--print"], env=env, capture_output=True, text=True,
+                                 check=True, cwd=Path(__file__).parent.parent)
+            _BY_CAPABILITY[capability] = json.loads(out.stdout)
+    return _BY_CAPABILITY[capability]
+
+
+@pytest.mark.parametrize("capability", sorted(GOLDENS))
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_train_run_bit_identical_to_golden(name, capability):
+    golden = json.loads(GOLDENS[capability].read_text())
+    here = _platform()
+    made = golden["platform"]
+    if made[:2] != here[:2]:
+        pytest.skip(f"golden results were made with torch {made[0]} on {made[1]}; here: {here[:2]}")
+    if made[2] not in ORDER or here[2] not in ORDER or ORDER.index(made[2]) > ORDER.index(here[2]):
+        pytest.skip(f"the {made[2]} golden needs a CPU with {made[2]}; this one has {here[2]}")
+    got = _runs_with(made[2])[name]
     want = golden["runs"][name]
     assert got["status"] == want["status"] and got["error"] == want["error"]
     assert got["metrics"] == want["metrics"]
@@ -107,6 +135,8 @@ def _platform() -> list[str]:
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    GOLDEN.write_text(json.dumps({"platform": _platform(),
-                                  "runs": {n: _plain(_run(n)) for n in sorted(RUNS)}}, indent=1) + "\n")
-    print(f"wrote {GOLDEN}")
+    path = GOLDENS[_platform()[2]]
+    path.write_text(json.dumps({"platform": _platform(), "runs": {n: _plain(_run(n)) for n in sorted(RUNS)}}, indent=1) + "\n")
+    print(f"wrote {path}")
+elif __name__ == "__main__" and sys.argv[1:] == ["--print"]:  # the runs with this process's kernels, for the test
+    print(json.dumps({n: _plain(_run(n)) for n in sorted(RUNS)}))
