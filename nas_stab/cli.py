@@ -323,7 +323,7 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
         with RunDir.lock(run.path) as rd:
             tracking = open_tracking(run.spec, run.path, run.meta, rd.log)
             try:
-                n = tracking.finish(paths, run.path)
+                n = tracking.finish(paths, run.path, again=True)
             finally:
                 tracking.close()
     except RunError as e:

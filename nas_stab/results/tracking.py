@@ -15,8 +15,10 @@ For each recorded run one tracked run, named by its run id, holds
   their trials.csv column names (``val_acc``, ``final_fwd_ratio``, ``objective``, ...); values that
   are not finite are left out, as in TensorBoard.
 
-A run named ``leaderboard`` (MLflow: the parent of every run; W&B: one per table written) holds the
-leaderboard files written at the end of ``nas-stab run`` and by ``nas-stab leaderboard RUN_DIR``.
+A run named ``leaderboard`` holds the leaderboard files written at the end of ``nas-stab run`` and by
+``nas-stab leaderboard RUN_DIR``, with spec.yaml: in MLflow one run, the parent of every run, whose
+files are replaced each time; in W&B a new run each time (one whose trials.csv and spec.yaml did not
+change since the last one adds none at the end of ``nas-stab run``).
 
 Where. MLflow: ``logging.mlflow_uri``, by default ``sqlite:///<run dir>/mlflow.db`` with the
 artifacts in ``<run dir>/mlartifacts`` (``mlflow ui --backend-store-uri sqlite:///<run dir>/mlflow.db``
@@ -51,11 +53,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from nas_stab import metrics
-from nas_stab.results.reader import HISTORY, SPEC_YAML, read_history_rows, read_rows
+from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_history_rows, read_rows
 
 TRACKERS = ("mlflow", "wandb")
 LEADERBOARD_RUN = "leaderboard"  # the name of the run holding the leaderboard files
-WANDB_LEDGER = "nas_stab-logged.json"  # in <run dir>/wandb/: run id -> fingerprint of what W&B holds
+WANDB_LEDGER = "nas_stab-logged.json"  # in <run dir>/wandb/: run id (and `leaderboard`) -> fingerprint of what W&B holds
 TAG = "nas_stab."
 # trials.csv columns that identify or describe a run: tags, never final metrics
 _NOT_METRICS = {"trial", "seed", "status", "run_id", "key", "optuna_trial", "outer_trial", "error", "diverged_why"}
@@ -358,8 +360,9 @@ class MlflowTracker:
                 raise
         self._logged[rec.run_id] = (mid, rec.fingerprint)
 
-    def log_leaderboard(self, files: Mapping[str, Path], root: Path) -> None:
-        """The leaderboard files (paths under `root` kept: plots/...) and spec.yaml, into the parent run."""
+    def log_leaderboard(self, files: Mapping[str, Path], root: Path, *, again: bool = False) -> None:
+        """The leaderboard files (paths under `root` kept: plots/...) and spec.yaml, into the parent run
+        (the same run every time: a file logged again replaces the earlier one, whatever `again`)."""
         client = self._open()
         parent = self._parent_run()
         with _quiet("mlflow", "alembic"):
@@ -460,11 +463,7 @@ class WandbTracker:
             self._discard(run)
             raise
         run.finish()
-        ledger = self._read_ledger()
-        ledger[rec.run_id] = rec.fingerprint
-        from nas_stab.results.rundir import atomic_write
-
-        atomic_write(self._ledger_path(), json.dumps(ledger, indent=0, sort_keys=True) + "\n")
+        self._remember(rec.run_id, rec.fingerprint)
 
     def _discard(self, run) -> None:
         """Remove the offline files of a run whose logging failed (it is logged again next time)."""
@@ -473,12 +472,22 @@ class WandbTracker:
             if d.name.startswith("offline-run-") and d.resolve().is_relative_to(self.dir.resolve()):
                 shutil.rmtree(d, ignore_errors=True)
 
-    def log_leaderboard(self, files: Mapping[str, Path], root: Path) -> None:
-        """A run named `leaderboard` holding copies of the leaderboard files (and spec.yaml) in its files."""
+    def log_leaderboard(self, files: Mapping[str, Path], root: Path, *, again: bool = False) -> None:
+        """A run named `leaderboard` holding copies of the leaderboard files (and spec.yaml) in its files.
+        Unless `again` (`nas-stab leaderboard`, asked for), none when the table's inputs (trials.csv,
+        spec.yaml) and files are those logged last: a rerun that trained nothing adds no run."""
+        paths = _artifacts(files, root, self.exp.path)
+        digest = hashlib.sha256()
+        for p in [self.exp.path / TRIALS_CSV, self.exp.path / SPEC_YAML]:
+            digest.update(p.read_bytes() if p.is_file() else b"")
+        digest.update("\0".join(sorted(p.name for p in paths)).encode())
+        fingerprint = digest.hexdigest()[:16]
+        if not again and self._read_ledger().get(LEADERBOARD_RUN) == fingerprint:
+            return
         run = self._init(name=LEADERBOARD_RUN, job_type="leaderboard",
                          config={"experiment": self.exp.name, "spec_hash": self.exp.spec_hash})
         try:
-            for p in _artifacts(files, root, self.exp.path):
+            for p in paths:
                 rel = p.relative_to(root) if p.is_relative_to(root) else Path(p.name)
                 dest = Path(run.dir) / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -490,6 +499,15 @@ class WandbTracker:
             self._discard(run)
             raise
         run.finish()
+        self._remember(LEADERBOARD_RUN, fingerprint)
+
+    def _remember(self, name: str, fingerprint: str) -> None:
+        """Record in the ledger what W&B now holds (a run id, or the leaderboard's files)."""
+        from nas_stab.results.rundir import atomic_write
+
+        ledger = self._read_ledger()
+        ledger[name] = fingerprint
+        atomic_write(self._ledger_path(), json.dumps(ledger, indent=0, sort_keys=True) + "\n")
 
     def close(self) -> None:
         """Stop the W&B service this process started, unless a run of the user's own is active."""
@@ -517,6 +535,7 @@ class Tracking:
         self.trackers = {name: _BACKENDS[name](exp) for name in exp.tracking}
         self.off: set[str] = set()
         self.failures: list[str] = []
+        self._ending = False  # in `finish`: a failure's line says what tries again then
 
     def runs(self, rows: Iterable[Mapping[str, Any]]) -> int:
         """Log these trials.csv rows where they are not logged yet; how many tracked runs were written."""
@@ -535,25 +554,28 @@ class Tracking:
                 self._failed(tracker, f"run {rec.run_id}" if rec else "runs", e)
         return n
 
-    def finish(self, files: Mapping[str, Path] | None = None, root: Path | None = None) -> int:
-        """The end of a search (or `nas-stab leaderboard`): every row of trials.csv not logged yet (those a
-        failure skipped), then the leaderboard files. Each backend is tried again once."""
+    def finish(self, files: Mapping[str, Path] | None = None, root: Path | None = None, *, again: bool = False) -> int:
+        """The end of a search (or `nas-stab leaderboard`, `again`: the table is logged even when its inputs
+        did not change): every row of trials.csv not logged yet (those a failure skipped), then the
+        leaderboard files. Each backend is tried again once. Returns how many runs were logged."""
         self.off.clear()
+        self._ending = True
         n = self.runs(read_rows(self.exp.path))
         if files:
             for name, tracker in self.trackers.items():
                 if name in self.off:
                     continue
                 try:
-                    tracker.log_leaderboard(files, Path(root or self.exp.path))
+                    tracker.log_leaderboard(files, Path(root or self.exp.path), again=again)
                 except Exception as e:  # noqa: BLE001
                     self._failed(tracker, "the leaderboard", e)
         return n
 
     def _failed(self, tracker, what: str, e: Exception) -> None:
         why = " ".join(str(e).split())[:300] or "no message"
-        line = (f"{tracker.name}: could not log {what} to {tracker.where()} ({type(e).__name__}: {why}); the search "
-                "goes on, and the end of nas-stab run or nas-stab leaderboard RUN_DIR logs what is missing")
+        then = ("nas-stab leaderboard RUN_DIR (or the next nas-stab run) logs what is missing" if self._ending else
+                "the search goes on, and the end of nas-stab run or nas-stab leaderboard RUN_DIR logs what is missing")
+        line = f"{tracker.name}: could not log {what} to {tracker.where()} ({type(e).__name__}: {why}); {then}"
         self.off.add(tracker.name)
         self.failures.append(line)
         self.log(line)
