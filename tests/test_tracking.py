@@ -144,8 +144,10 @@ def test_mlflow_one_run_per_run_with_params_curves_final_metrics_and_the_leaderb
     assert {a.path for a in client.list_artifacts(parent)} >= {"leaderboard.md", "leaderboard.csv", "spec.yaml"}
 
 
-def test_a_broken_tracking_uri_fails_nothing_and_a_later_run_logs_what_is_missing(tmp_path):
+def test_a_broken_tracking_uri_fails_nothing_and_a_later_run_logs_what_is_missing(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # MLflow's own default puts artifacts in ./mlruns: not here
     (tmp_path / "blocker").write_text("a file where the store's directory should be")
     bad = f"sqlite:///{tmp_path / 'blocker' / 'mlflow.db'}"
     d, failures = _run(_spec("mlflow", f"  mlflow_uri: '{bad}'\n", runs=2), tmp_path)
@@ -157,12 +159,16 @@ def test_a_broken_tracking_uri_fails_nothing_and_a_later_run_logs_what_is_missin
     assert len(lines) == 2 == len(failures)  # once during the search (then left alone), once more at its end
 
     # the same experiment resumed with a store that works: the end of the run logs the two runs
-    d, failures = _run(_spec("mlflow", runs=2), tmp_path)
+    good = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    d, failures = _run(_spec("mlflow", f"  mlflow_uri: '{good}'\n", runs=2), tmp_path)
     assert not failures
-    _, runs = _mlflow_runs(d)
+    client, runs = _mlflow_runs(d, good)
     assert sorted(r.info.run_name for r in runs) == sorted([r["run_id"] for r in rows] + ["leaderboard"])
     stored = yaml.safe_load((d / "spec.yaml").read_text())["logging"]  # the settings it was resumed with
-    assert (stored["tracking"], stored["mlflow_uri"]) == ("mlflow", None)
+    assert (stored["tracking"], stored["mlflow_uri"]) == ("mlflow", good)
+    parent = next(r.info.run_id for r in runs if r.info.run_name == "leaderboard")
+    assert {a.path for a in client.list_artifacts(parent)} == {"leaderboard.md", "spec.yaml"}
+    assert (d / "mlartifacts").is_dir() and not any((tmp_path / "cwd").iterdir())
 
 
 def test_a_row_recorded_again_replaces_its_mlflow_run(tmp_path):

@@ -272,9 +272,9 @@ class MlflowTracker:
                 client = MlflowClient(tracking_uri=self.uri)
                 found = client.get_experiment_by_name(self.exp.name)
                 if found is None:
-                    # the default store keeps its artifacts in the run directory too (MLflow's own default
-                    # is ./mlruns under the working directory); another URI's store decides
-                    where = None if self.exp.mlflow_uri else (self.exp.path.resolve() / "mlartifacts").as_uri()
+                    # artifacts in the run directory (MLflow's own default is ./mlruns under the working
+                    # directory), unless a tracking server decides where they go
+                    where = None if _server(self.uri) else (self.exp.path.resolve() / "mlartifacts").as_uri()
                     eid = client.create_experiment(self.exp.name, artifact_location=where)
                 else:
                     eid = found.experiment_id
@@ -373,6 +373,13 @@ class MlflowTracker:
 
     def close(self) -> None:
         self._client = None
+
+
+def _server(uri: str) -> bool:
+    """Whether an MLflow tracking URI names a server (which keeps artifacts where it is configured to),
+    not a database or directory this process writes itself."""
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    return scheme in ("http", "https") or scheme.startswith("databricks")
 
 
 def _artifacts(files: Mapping[str, Path], root: Path, run_path: Path) -> list[Path]:
