@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import TINY, run_cli
-from nas_stab.config import loads_spec, spec_hash
+from nas_stab.config import config_key, loads_spec, spec_hash
 from nas_stab.errors import SpecError
 from nas_stab.results.leaderboard import build_leaderboard
 from nas_stab.results.rundir import RunDir
@@ -62,9 +62,10 @@ def _mlflow_runs(d, uri=None):
 def test_tracking_keys_leave_the_spec_hash_alone_and_name_the_missing_extra(monkeypatch):
     base = loads_spec(TINY)
     assert base.logging.tracking == "none" and base.logging.mlflow_uri is None
-    both = loads_spec(TINY + "logging: {tracking: [mlflow, wandb], mlflow_uri: 'http://127.0.0.1:5000', "
-                             "wandb_project: my-proj}\n") if _installed("mlflow", "wandb") else None
-    if both is not None:
+    other = loads_spec(TINY + "logging: {mlflow_uri: 'http://127.0.0.1:5000', wandb_project: my-proj}\n")
+    assert (spec_hash(other), config_key(other, 0)) == (spec_hash(base), config_key(base, 0))  # logging: not hashed
+    if _installed("mlflow", "wandb"):
+        both = loads_spec(TINY + "logging: {tracking: [mlflow, wandb]}\n")
         assert both.logging.tracking == ("mlflow", "wandb") and spec_hash(both) == spec_hash(base)
     import importlib.util
 
@@ -73,6 +74,8 @@ def test_tracking_keys_leave_the_spec_hash_alone_and_name_the_missing_extra(monk
     with pytest.raises(SpecError) as e:
         loads_spec(TINY + "logging: {tracking: wandb}\n")
     assert "nas_stab[wandb]" in str(e.value) and "logging.tracking" in str(e.value)
+    # a run directory's spec.yaml that names it still loads (nas-stab leaderboard, status)
+    assert loads_spec(TINY + "logging: {tracking: wandb}\n", run_file=True).logging.tracking == "wandb"
     with pytest.raises(SpecError) as e:
         loads_spec(TINY + "logging: {tracking: mlfow}\n")
     assert "mlflow" in str(e.value)
