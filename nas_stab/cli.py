@@ -249,18 +249,21 @@ def _run(args, setup_done) -> int:
             setup_done()
             counts = run(spec, rd, trials=args.trials)
             rd.log(f"finished: {counts}")
-            _write_leaderboard(rd)
+            paths = _write_leaderboard(rd)
+            for line in rd.track_end(paths):  # MLflow / W&B (logging.tracking): best effort, said in log.txt
+                print(f"warning: tracking: {line}", file=sys.stderr)
     return 1 if counts.get("failed") else 0
 
 
-def _write_leaderboard(rd) -> None:
+def _write_leaderboard(rd) -> dict[str, Path]:
     """leaderboard.md at the end of every run; the figures are `nas-stab leaderboard`'s
-    (drawing them here cost ~1.5 s of every run, matplotlib's import included)."""
+    (drawing them here cost ~1.5 s of every run, matplotlib's import included). Returns what was written."""
     from nas_stab.results.leaderboard import build_leaderboard
 
     paths = build_leaderboard([rd.path], formats=("md",), plots=False)
     print(Path(paths["md"]).read_text(encoding="utf-8"))  # what was written, not a second analysis
     print(f"plots and an HTML page: nas-stab leaderboard {rd.path} --format md,html", file=sys.stderr)
+    return paths
 
 
 def cmd_probe(args) -> int:
@@ -302,11 +305,42 @@ def cmd_leaderboard(args) -> int:
                               overrides=overrides)
     for kind, p in paths.items():
         print(f"{kind}: {p}")
+    if len(args.run_dirs) == 1 and (args.out is None or Path(args.out).resolve() == Path(args.run_dirs[0]).resolve()):
+        _track_leaderboard(Path(args.run_dirs[0]), paths)
     md = paths.get("md")
     if md:
         print()
         print(Path(md).read_text(encoding="utf-8"))
     return 0
+
+
+def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
+    """`nas-stab leaderboard RUN_DIR` of a run with logging.tracking: its tables into MLflow / W&B, with the
+    runs a failure left out. Under the run directory's lock (a driver running there logs at its end);
+    best effort, as during the search: a failure is a warning and a line in log.txt, never an error."""
+    from nas_stab.errors import RunError
+    from nas_stab.results.reader import read_run
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.results.tracking import backends, open_tracking
+
+    run = read_run(run_dir)
+    if not backends(run.spec.logging.tracking):
+        return
+    try:
+        with RunDir.lock(run.path) as rd:
+            tracking = open_tracking(run.spec, run.path, run.meta, rd.log)
+            try:
+                n = tracking.finish(paths, run.path, again=True)
+            finally:
+                tracking.close()
+    except RunError as e:
+        print(f"warning: tracking: not logged ({e}); the driver logs the leaderboard when it ends", file=sys.stderr)
+        return
+    for line in tracking.failures:
+        print(f"warning: tracking: {line}", file=sys.stderr)
+    if not tracking.failures:
+        print(f"tracking: the leaderboard logged to {', '.join(tracking.trackers)}"
+              + (f", with {n} run(s) not logged before" if n else ""))
 
 
 def _scalar(text: str):

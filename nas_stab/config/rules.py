@@ -130,6 +130,8 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> 
     check_leaderboard(spec, ctx, stored=stored, axes=not probe)
 
     _check_storage(s.storage, ctx)
+    if not stored:  # a run directory still opens (leaderboard, status) where the tracking package is missing
+        _check_tracking(spec, ctx)
     check_config(spec, ctx)
     # every searched value must make a valid configuration
     _check_space_values(spec, ctx)
@@ -482,3 +484,14 @@ def _check_storage(url, ctx: Ctx) -> None:
         parent = Path(u.database).expanduser().parent
         if not parent.is_dir():
             raise ctx.error(("search", "storage"), f"the SQLite file's directory {parent} does not exist")
+
+
+def _check_tracking(spec, ctx: Ctx) -> None:
+    """logging.tracking names backends whose packages are installed: a missing one is one error before
+    anything trains, not a failure logged after every run."""
+    from nas_stab.results.tracking import backends, missing_package
+
+    for name in backends(spec.logging.tracking):
+        problem = missing_package(name)
+        if problem:
+            raise ctx.error(("logging", "tracking"), problem)

@@ -221,6 +221,9 @@ class LeaderboardConfig:
 @dataclass(frozen=True)
 class LoggingConfig:
     tensorboard: bool = _f(True, "TensorBoard logs of every run under <run dir>/tensorboard/ (nas-stab tensorboard RUN_DIR rebuilds them)")
+    tracking: Union[Literal["none", "mlflow", "wandb"], tuple[Literal["mlflow", "wandb"], ...]] = _f("none", "experiment tracking of every recorded run, from its records as TensorBoard's: none, mlflow, wandb or a list of both. One tracked run per run (named by its run id: params, the history's curves, trials.csv's final metrics, status as a tag) and a run named leaderboard holding the leaderboard files; best effort (a failure is a line in log.txt, never a failed search); a resumed search logs nothing twice. Needs the package: pip install 'nas_stab[mlflow]' or 'nas_stab[wandb]' (docs/run-directory.md)")
+    mlflow_uri: Optional[str] = _f(None, "mlflow: the tracking URI (any MLflow URI: http://host:5000, databricks, sqlite:///path.db, ...); default (null): sqlite:///<run dir>/mlflow.db with the artifacts in <run dir>/mlartifacts, offline. One MLflow experiment per nas_stab experiment (its name)")
+    wandb_project: Optional[str] = _f(None, "wandb: the W&B project (default: the experiment's name). Runs are written offline under <run dir>/wandb/ (wandb sync uploads them) unless WANDB_MODE says otherwise", pattern=r"[^/\\#?%:]{1,128}")
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,7 @@ class RunDir:
         self._lock = None
         self._header: list[str] | None = None  # trials.csv's columns, once this driver has written it
         self.tensorboard = False  # write TensorBoard logs of each recorded run (logging.tensorboard)
+        self.tracking = None  # tracking.Tracking of logging.tracking (MLflow, W&B), or None
 
     # -- opening ---------------------------------------------------------------
     @staticmethod
@@ -284,18 +285,21 @@ class RunDir:
             rd._release()
             raise RunError(f"cannot create {path / 'history'}: {e.strerror or e}") from None
         rd.tensorboard = spec.logging.tensorboard
+        from nas_stab.results.tracking import open_tracking
+
+        rd.tracking = open_tracking(spec, path, rd.read_meta(), rd.log)
         rd.repair()
         rd.reserve()
         return rd
 
     def _update_presentation(self, spec) -> None:
-        """The same experiment rerun with other ``leaderboard:`` settings (or description): they are
-        not part of its identity (the spec hash leaves them out), so the stored spec takes the new
-        ones and the next table is built with them; nothing is retrained."""
+        """The same experiment rerun with other ``leaderboard:`` or ``logging:`` settings (or description):
+        they are not part of its identity (the spec hash leaves them out), so the stored spec takes the
+        new ones and the next table (and `nas-stab leaderboard`'s tracking) uses them; nothing is retrained."""
         p = self.path / SPEC_YAML
         data = stored_spec(self.path) or {}
         new = self.spec_plain(spec)
-        changed = [k for k in ("leaderboard", "description") if data.get(k) != new.get(k)]
+        changed = [k for k in ("leaderboard", "description", "logging") if data.get(k) != new.get(k)]
         if not changed:
             return
         for k in changed:
@@ -384,6 +388,9 @@ class RunDir:
             self._lock = None
 
     def close(self) -> None:
+        if self.tracking is not None:
+            self.tracking.close()
+            self.tracking = None
         if self._lock is not None:
             self.release_reserve()  # held only while the driver runs
         self._release()
@@ -439,6 +446,7 @@ class RunDir:
         if rewrite or header is None or not p.exists() or any(k not in cols for r in new_rows for k in r):
             self.write_trials(rows, searched, task_kind)
             self._tensorboard(new_rows, searched, task_kind)
+            self._track(new_rows)
             return
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
@@ -449,6 +457,7 @@ class RunDir:
             f.flush()
             os.fsync(f.fileno())
         self._tensorboard(new_rows, searched, task_kind)
+        self._track(new_rows)
 
     def _tensorboard(self, new_rows: list[dict[str, Any]], searched: Iterable[str], task_kind: str) -> None:
         """TensorBoard logs of runs whose records are on disk; a view, so a failure is logged, never raised."""
@@ -460,6 +469,20 @@ class RunDir:
             write_rows(self.path, new_rows, list(searched), task_kind)
         except Exception as e:  # noqa: BLE001 - the records are written; the view must not stop the run
             self.log(f"tensorboard: could not write logs ({type(e).__name__}: {e}); nas-stab tensorboard {self.path} retries")
+
+    def _track(self, new_rows: list[dict[str, Any]]) -> None:
+        """The runs whose records are on disk, into MLflow / W&B (logging.tracking); like TensorBoard's logs
+        a view of the records, so a failure is a line in log.txt (Tracking.runs never raises)."""
+        if self.tracking is not None and new_rows:
+            self.tracking.runs(new_rows)
+
+    def track_end(self, files: dict[str, Path] | None = None) -> list[str]:
+        """The end of a search: the runs tracking has not logged yet, then the leaderboard files; the
+        failures, as logged."""
+        if self.tracking is None:
+            return []
+        self.tracking.finish(files, self.path)
+        return list(self.tracking.failures)
 
     def write_history(self, run_id: str, history: list[dict[str, float]]) -> None:
         cols: list[str] = ["step", "train_loss", "lr"]
@@ -502,6 +525,14 @@ def _int(v: Any) -> int:
         return int(v)
     except (TypeError, ValueError):
         return 1 << 62
+
+
+def cell_text(v: Any) -> str:
+    """The text trials.csv holds for the value `v` once read back (`reader.read_rows`): a row the driver
+    has in memory and the same row read from the file give the same text (the trackers' fingerprints)."""
+    from nas_stab.results.csvsafe import unescape_cell
+
+    return str(unescape_cell(_fmt(v)))
 
 
 def _fmt(v: Any) -> Any:

@@ -57,7 +57,9 @@ def run_dir_name(row: dict, searched: Iterable[str]) -> str:
     return name[:200]
 
 
-def _tag(column: str, task_metrics: set[str]) -> str:
+def scalar_tag(column: str, task_metrics: set[str]) -> str:
+    """The name of a history column's curve (`train/loss`, `val/val_acc`, `stability/fwd_ratio`); the
+    experiment trackers (tracking.py) name their curves the same way."""
     if column in ("train_loss", "lr"):
         return f"train/{column[6:] if column.startswith('train_') else column}"
     if column in task_metrics or column.startswith(("val_", "test_")) or column in ("bleu", "test_bleu"):
@@ -120,7 +122,7 @@ def _write(out: Path, row: dict, history: list[dict], searched: list[str], task_
                 x = _num(v)
                 if col in _SKIP or x is None:
                     continue
-                w.add_scalar(_tag(col, task_metrics), x, int(step))
+                w.add_scalar(scalar_tag(col, task_metrics), x, int(step))
         hp = {k: _hparam(row.get(k)) for k in searched}
         hp["seed"] = _hparam(row.get("seed"))
         hp["status"] = str(row.get("status", ""))
