@@ -202,10 +202,14 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
         cov_c = float(((lo_w <= tc + 1e-9) & (tc <= hi_w + 1e-9))[hc].mean()) if hc.any() else np.nan
         said = r["transfers"].to_numpy()
         costly = np.isfinite(tc) & (tc >= 2 * r["epsilon"].to_numpy(float))
+        cheap = np.isfinite(tc) & (tc < r["epsilon"].to_numpy(float))
         v = r["transfers"].value_counts(normalize=True)
         out.append({**asdict(s), "true_worst": float(np.nanmean(tw)), "carried_worst": float(np.nanmean(tc)),
                     "epsilon": float(r["epsilon"].mean()),
                     "yes": float(v.get("yes", 0.0)), "inconclusive": float(v.get("inconclusive", 0.0)), "no": float(v.get("no", 0.0)),
                     "yes_if_costly": float((said[costly] == "yes").mean()) if costly.sum() >= 10 else np.nan,
+                    # a `no` while carrying the found lr truly costs under epsilon: the false `no` (with a cliff that
+                    # moves between sizes a `no` at drift 0 can be right: the carried lr diverges at another size)
+                    "no_if_cheap": float((said[cheap] == "no").mean()) if cheap.sum() >= 10 else np.nan,
                     "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w, "cover_carried": cov_c})
     return pd.DataFrame(out)
