@@ -277,6 +277,7 @@ def cmd_probe(args) -> int:
 def cmd_leaderboard(args) -> int:
     from nas_stab.errors import SpecError
     from nas_stab.results.leaderboard import build_leaderboard
+    from nas_stab.results.values import number_or_text
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]
@@ -292,7 +293,7 @@ def cmd_leaderboard(args) -> int:
     overrides = {"metric": args.metric, "transfer": args.transfer, "lr": args.lr, "tolerance": args.tolerance,
                  "criterion": args.criterion, "epsilon": args.epsilon,
                  "compare": tuple(k.strip() for k in args.compare.split(",") if k.strip()) if args.compare is not None else None,
-                 "reference": _scalar(args.reference) if args.reference is not None else None}
+                 "reference": number_or_text(args.reference) if args.reference is not None else None}
     if args.metric is not None:
         from nas_stab import metrics
         from nas_stab.textfmt import did_you_mean
@@ -341,16 +342,6 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     if not tracking.failures:
         print(f"tracking: the leaderboard logged to {', '.join(tracking.trackers)}"
               + (f", with {n} run(s) not logged before" if n else ""))
-
-
-def _scalar(text: str):
-    """--reference 16 is the number 16 (sizes are numbers in trials.csv), anything else stays text."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 def cmd_status(args) -> int:

@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from nas_stab import metrics
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_history_rows, read_rows
+from nas_stab.results.values import number_or_text
 
 TRACKERS = ("mlflow", "wandb")
 LEADERBOARD_RUN = "leaderboard"  # the name of the run holding the leaderboard files
@@ -137,16 +138,6 @@ def _num(text: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _typed(text: str) -> Any:
-    """A trials.csv cell as the number it holds, else the text (W&B's config compares numbers)."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     """One recorded run as the trackers log it, from its trials.csv row and history file."""
@@ -164,8 +155,8 @@ class RunRecord:
         """The resolved configuration: the base one with the run's searched values, and its seed."""
         out = dict(self.exp.config)
         for k in self.exp.searched:
-            out[k] = _typed(self.cells.get(k, ""))
-        out["seed"] = _typed(self.cells.get("seed", ""))
+            out[k] = number_or_text(self.cells.get(k, ""))
+        out["seed"] = number_or_text(self.cells.get("seed", ""))
         return out
 
     def tags(self) -> dict[str, str]:

@@ -8,9 +8,20 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["NONE", "canon", "value_codes", "fill_base", "fmt_value", "lookup"]
+__all__ = ["NONE", "canon", "value_codes", "fill_base", "fmt_value", "lookup", "number_or_text"]
 
 NONE = (3, None)  # the canonical form of a missing value: sorts last
+
+
+def number_or_text(text: str) -> Any:
+    """A cell or an argument as the int or float it spells, else the text itself (`--reference 16` is the
+    size 16 as trials.csv holds it; W&B's config compares numbers)."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
 
 
 def fmt_value(v: Any) -> str:
