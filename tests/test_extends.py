@@ -96,3 +96,15 @@ def test_bad_extends_is_one_clear_error(tmp_path, files, needle):
     assert len(lines) == 1 and "Traceback" not in r.stderr
     where = lines[0].split(": extends: ")[0]  # the file whose extends line is wrong (b.yaml closes a cycle)
     assert where in (f"error: {tmp_path / 'a.yaml'}:1", f"error: {(tmp_path / 'b.yaml').resolve()}:1") and needle in lines[0], lines[0]
+
+
+def test_an_inherited_description_is_flagged(tmp_path):
+    """A file that extends another and does not set its own description inherits the base's, which describes
+    the base experiment and is printed with every table: a warning says so; setting it silences it."""
+    write(tmp_path / "base.yaml", BASE.replace("name: base\n", "name: base\ndescription: the base sweep\n"))
+    child = write(tmp_path / "child.yaml", "extends: base.yaml\nname: child\nmodel: {width: 32}\n")
+    notes = load_spec(child).notes
+    assert any("description is inherited from" in n and "the base sweep" in n for n in notes), notes
+    own = write(tmp_path / "own.yaml", "extends: base.yaml\nname: own\ndescription: wider\nmodel: {width: 32}\n")
+    assert not any("description is inherited" in n for n in load_spec(own).notes)
+    assert not any("description is inherited" in n for n in load_spec(tmp_path / "base.yaml").notes)

@@ -36,6 +36,10 @@ def advice(spec, ctx: Ctx) -> tuple[str, ...]:
                 warn(("space", d.key, "log"),
                      f"has no effect in a grid: every integer from {int(d.low)} to {int(d.high)} is a point ({n} values); "
                      f"list the values you want, e.g. [{', '.join(str(v) for v in _powers(int(d.low), int(d.high)))}]")
+    base = ctx.files.get(("description",))
+    if spec.description and base and base != ctx.file and ("description",) not in ctx.overrides:
+        out.append(f"{ctx.file}: description is inherited from {base} (\"{spec.description[:60]}\"): it describes that "
+                   "experiment; set description: in this file if this one differs (it is printed with every table)")
     return tuple(out)
 
 
