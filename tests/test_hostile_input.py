@@ -142,7 +142,7 @@ def _run(tmp_path, capsys, *extra, spec_text: str = TINY, out=None) -> tuple[int
 
 
 def _one_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("run directory:", "[", "data:"))]
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("run directory:", "watch it:", "[", "data:"))]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     return lines[0]
 

@@ -419,7 +419,7 @@ def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
     assert decided == {(0.25, 1): "bracketed", (0.25, 4): "limit", (0.75, 1): "bracketed", (0.75, 4): "divergence wall"}
     a, _, _ = load_analysis([d], n_boot=0)
     sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
-    assert sz == {("0.25", 1): "bracketed", ("0.25", 4): "limit", ("0.75", 1): "bracketed", ("0.75", 4): "divergence wall"}
+    assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit", ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "divergence wall"}
     headers, text, _ = display_table(a)
     shown = {t[headers.index("model.aggregation_exponent")]: t[headers.index("best_lr(s)")] for t in text}
     for label in ("0.25", "0.75"):
@@ -435,7 +435,7 @@ def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
     t.drop(index=last).to_csv(d / "trials.csv", index=False)
     a, _, _ = load_analysis([d], n_boot=0)
     sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
-    assert sz == {("0.25", 1): "bracketed", ("0.25", 4): "limit", ("0.75", 1): "bracketed", ("0.75", 4): "unfinished"}
+    assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit", ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "unfinished"}
     headers, text, _ = display_table(a)
     assert any(t[headers.index("best_lr(s)")].endswith("(unfinished)") for t in text)
 
