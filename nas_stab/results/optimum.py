@@ -362,8 +362,9 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
                 # a regret is a difference from a maximum, biased upward by the noise (most near 0, on flat tops).
                 # Its replicates are skewed: the lower end is widened by their deviation below the median only (a
                 # long upper tail, as a regret far from 0 has, does not pull it down), and it takes the lower of that,
-                # the one-sided bound at the ci level and the percentile end shifted down by twice the replicates'
-                # bias (their median above the estimate: the replicates carry the maximum's bias twice)
+                # the lower end of the (1 + ci) / 2 interval (a one-sided 97.5% bound at ci 0.9) and that end shifted
+                # down by twice the replicates' bias (their median above the estimate: they carry the maximum's bias
+                # twice)
                 th = point[name][0]
                 lo = np.minimum(lo, _interval(reps[name], n_row, 1 - (1 - ci) / 2, floor=floor, semi=True)[0])
                 with _quiet():
