@@ -118,3 +118,27 @@ leaderboard: {transfer: model.width}
     assert lines[0].startswith("cost: 12 runs, 120 optimizer steps"), lines
     assert lines[1].startswith("  cheapest width=8: ") and lines[2].startswith("  dearest  width=64: "), lines
     assert "the bracket's start grid" in lines[3], lines
+
+
+def test_mistakes_in_every_phase_are_reported_in_one_run(tmp_path):
+    """Unknown keys, types and ranges (the first phase) and the cross-field rules (tau, aggregation, the
+    search, the leaderboard) in one report: they came one fix at a time; an enum-like value gets 'did you
+    mean'; a base configuration's problem is not repeated for every searched point."""
+    from nas_stab.config import load_spec
+    import pytest
+
+    from nas_stab.errors import SpecErrors
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntask: {dataset: {name: digits}}\n"
+                   "model: {arch: mlp_resnet, depht: 2, width: 16, aggregation: stamm, tau: '1/sqrtt(L)'}\n"
+                   "train: {lr: 0.05, steps: -5, momentum: lots}\n"
+                   "search: {objective: val_accc, sampler: grid}\n"
+                   "space: {model.branches: [1, 2], train.lr: [0.01, 0.1, 1.0]}\n")
+    with pytest.raises(SpecErrors) as e:
+        load_spec(bad)
+    text = "\n".join(e.value.lines())
+    for needle in ("model.depht: unknown key; did you mean 'depth'", "train.momentum: must be a number",
+                   "train.steps: must be >= 1", "model.tau: tau must be", "did you mean 'stam'", "search.objective: unknown metric 'val_accc'"):
+        assert needle in text, (needle, text)
+    assert "space.model.branches" not in text  # the base's own problems, not one per point

@@ -71,7 +71,10 @@ def parse_aggregation(agg: Any) -> Any:
         return float(agg)
     if agg in ("sum", "avg", "stam"):
         return agg
-    raise ValueError(f"aggregation must be sum, avg, stam or a number, got {agg!r}")
+    from nas_stab.textfmt import did_you_mean
+
+    hint = did_you_mean(agg, ("sum", "avg", "stam")) if isinstance(agg, str) else ""
+    raise ValueError(f"aggregation must be sum, avg, stam or a number, got {agg!r}{hint}")
 
 
 def tau_form(tau: Any, exponent: float | None) -> Any:

@@ -62,21 +62,27 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False
         if key not in data:
             raise ctx.error((), f"missing required key {key!r}")
     _normalize(data, ctx)
-    # every key's problem at once (unknown keys, types, ranges); the cross-field
-    # rules need the keys right, so they run after and report their first problem
+    # every key's problem at once (unknown keys, types, ranges), then the cross-field rules, each group of
+    # them reporting its first problem (a wrong key stands at its default for them)
     ctx.collected = []
     spec = build(schema.Spec, {k: v for k, v in data.items() if k != "space"}, ctx)
     errors, ctx.collected = ctx.collected, None
+    space = None
     try:
         space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
     except SpecError as e:
         errors.append(e)
+    if space is not None:
+        # the cross-field rules too, even where a key above was wrong (it stands at its default there): every
+        # problem of the file in one report, each once
+        from nas_stab.config.rules import check_spec
+
+        seen = {str(e) for e in errors}
+        errors += [e for e in check_spec(dataclasses.replace(spec, space=space, source=ctx.file, raw=data), ctx,
+                                          stored=stored, probe=probe) if str(e) not in seen]
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
-    from nas_stab.config.rules import check_spec
-
-    check_spec(spec, ctx, stored=stored, probe=probe)
     from nas_stab.config.advice import advice
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))

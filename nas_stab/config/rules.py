@@ -11,7 +11,7 @@ import math
 
 from nas_stab import metrics
 from nas_stab.metrics import parse_epsilon
-from nas_stab.errors import SpecError
+from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.config.build import Ctx
 from nas_stab.textfmt import did_you_mean
 from nas_stab.config.knobs import parse_aggregation, parse_tau
@@ -28,14 +28,14 @@ def check_config(spec, ctx: Ctx) -> None:
     t, m = spec.train, spec.model
     if t.steps is not None and t.epochs is not None:
         raise ctx.error(("train", "epochs"), "give exactly one of train.steps and train.epochs, not both")
-    try:
-        parse_tau(m.tau)
-    except ValueError as e:
-        raise ctx.error(("model", "tau"), str(e)) from None
-    try:
-        parse_aggregation(m.aggregation)
-    except ValueError as e:
-        raise ctx.error(("model", "aggregation"), str(e)) from None
+    knob_errors = []
+    for key, parse in (("tau", parse_tau), ("aggregation", parse_aggregation)):  # independent: both reported
+        try:
+            parse(getattr(m, key))
+        except ValueError as e:
+            knob_errors.append(ctx.error(("model", key), str(e)))
+    if knob_errors:
+        raise knob_errors[0] if len(knob_errors) == 1 else SpecErrors(knob_errors)
     if m.aggregation_exponent is not None and m.aggregation != "sum":
         raise ctx.error(("model", "aggregation_exponent"), f"sets alpha = (C/C0)^-p in place of aggregation, which says "
                         f"{m.aggregation!r}: give one of them (leave aggregation at sum)")
@@ -91,10 +91,30 @@ def check_config(spec, ctx: Ctx) -> None:
             raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
 
 
-def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> None:
-    """Rules of the whole experiment; also checks every grid point's configuration. `stored`: the
-    spec.yaml of an existing run directory, which opens even if it predates a leaderboard rule. `probe`:
-    for `nas-stab probe` (nothing is trained: the searched sizes' and lrs' rules of a table do not apply)."""
+def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> list[SpecError]:
+    """Rules of the whole experiment; also checks every grid point's configuration. Each group of rules
+    (search, runner, leaderboard, storage, tracking, the model's configuration, the searched values) reports
+    its first problem, and every group runs: the problems of all groups are returned together (`nas-stab
+    validate` lists them all), none raised. `stored`: the spec.yaml of an existing run directory, which opens
+    even if it predates a leaderboard rule. `probe`: for `nas-stab probe` (nothing is trained: the searched
+    sizes' and lrs' rules of a table do not apply)."""
+    errors: list[SpecError] = []
+    for group in (lambda: _check_search(spec, ctx), lambda: _check_runner(spec, ctx),
+                  lambda: check_leaderboard(spec, ctx, stored=stored, axes=not probe),
+                  lambda: _check_storage(spec.search.storage, ctx),
+                  lambda: None if stored else _check_tracking(spec, ctx),  # a run directory opens without the package
+                  lambda: check_config(spec, ctx),
+                  lambda: _check_space_values(spec, ctx)):  # every searched value must make a valid configuration
+        try:
+            group()
+        except SpecErrors as e:
+            errors += e.errors
+        except SpecError as e:
+            errors.append(e)
+    return errors
+
+
+def _check_search(spec, ctx: Ctx) -> None:
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
@@ -115,6 +135,8 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> 
     if msg:
         raise ctx.error(("search", "pruner"), msg)
 
+
+def _check_runner(spec, ctx: Ctx) -> None:
     r = spec.runner
     res = r.resources if r.resources is not None else {}
     if not isinstance(res, dict):
@@ -126,15 +148,6 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> 
             raise ctx.error(("runner", "resources", k), f"must be a number >= 0, got {v!r}")
     if r.address is not None and r.kind != "ray":
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
-
-    check_leaderboard(spec, ctx, stored=stored, axes=not probe)
-
-    _check_storage(s.storage, ctx)
-    if not stored:  # a run directory still opens (leaderboard, status) where the tracking package is missing
-        _check_tracking(spec, ctx)
-    check_config(spec, ctx)
-    # every searched value must make a valid configuration
-    _check_space_values(spec, ctx)
 
 
 def check_leaderboard(spec, ctx: Ctx, *, stored: bool = False, axes: bool = True) -> None:
@@ -430,10 +443,17 @@ def _check_space_values(spec, ctx: Ctx) -> None:
             points += [{d.key: v} for v in vals]
     if brackets(spec):  # the learning rates bracket may add
         points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
+    try:  # a problem of the base configuration itself is reported by its own key, not once per searched point
+        resolve(spec, {d.key: base(d.key) for d in spec.space})
+        base_problem = None
+    except SpecError as e:
+        base_problem = (e.key, e.message)
     for params in points:
         try:
             resolve(spec, params)
         except SpecError as e:
+            if (e.key, e.message) == base_problem:
+                continue
             culprit = next((k for k in params if e.key and (e.key == k or e.key.startswith(k + "."))), None)
             culprit = culprit or next(iter(params))
             combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
