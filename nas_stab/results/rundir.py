@@ -157,21 +157,13 @@ def invocation() -> str | None:
     return "nas-stab " + shlex.join(argv[1:])
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as {dotted.key: leaf value} (lists are leaves)."""
-    if isinstance(d, dict) and d:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: d} if prefix else {}
-
-
 def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
     """The keys whose values differ between a run directory's stored spec and the one now given, as
     ``key: old -> new`` (at most `limit`, then how many more): what the refusal of a changed spec names."""
-    a = _flat({k: v for k, v in stored.items() if k != "meta"})
-    b = _flat({k: v for k, v in new.items() if k != "meta"})
+    from nas_stab.results.values import dotted
+
+    a = dotted({k: v for k, v in stored.items() if k != "meta"})
+    b = dotted({k: v for k, v in new.items() if k != "meta"})
     keys = [k for k in sorted(set(a) | set(b)) if a.get(k, "(unset)") != b.get(k, "(unset)")]
     parts = [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys[:limit]]
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""

@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from nas_stab import metrics
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_history_rows, read_rows
-from nas_stab.results.values import number_or_text
+from nas_stab.results.values import dotted, number_or_text
 
 TRACKERS = ("mlflow", "wandb")
 LEADERBOARD_RUN = "leaderboard"  # the name of the run holding the leaderboard files
@@ -113,21 +113,12 @@ def experiment(spec, path: Path, meta: Mapping[str, Any] | None) -> Experiment:
     plain = applicable_plain(spec)
     config: dict[str, Any] = {}
     for section in _CONFIG_SECTIONS:
-        _flatten(plain.get(section), section, config)
+        config.update(dotted(plain.get(section), section))
     log = spec.logging
     return Experiment(
         name=spec.name, path=Path(path), spec_hash=h, identity=hashlib.sha256(seed.encode()).hexdigest()[:16],
         searched=tuple(spec.space.keys) if spec.space else (), task_kind=spec.task.kind, config=config,
         tracking=backends(log.tracking), mlflow_uri=log.mlflow_uri, wandb_project=log.wandb_project or spec.name)
-
-
-def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
-    """Nested sections -> dotted keys (`model.width`); lists stay values."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            _flatten(v, f"{prefix}.{k}", out)
-    else:
-        out[prefix] = node
 
 
 def _num(text: str) -> float | None:

@@ -8,9 +8,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["NONE", "canon", "value_codes", "fill_base", "fmt_value", "lookup", "number_or_text"]
+__all__ = ["NONE", "canon", "value_codes", "fill_base", "fmt_value", "lookup", "number_or_text", "dotted"]
 
 NONE = (3, None)  # the canonical form of a missing value: sorts last
+
+
+def dotted(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as {dotted.key: leaf} (lists and empty mappings are leaves; `prefix` names the root)."""
+    if isinstance(node, Mapping) and node:
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(dotted(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: node} if prefix else {}
 
 
 def number_or_text(text: str) -> Any:
