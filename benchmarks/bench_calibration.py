@@ -32,14 +32,16 @@ from nas_stab.results.calibration import FAMILIES, Setting, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- calibration table: begin -->", "<!-- calibration table: end -->"
+ABEGIN, AEND = "<!-- adaptive calibration table: begin -->", "<!-- adaptive calibration table: end -->"
 
 
-def table(tables: int, seeds: list[int], sizes: int, sd: float, grid: str, n_boot: int) -> pd.DataFrame:
+def table(tables: int, seeds: list[int], sizes: int, sd: float, grid: str, n_boot: int,
+          adaptive: tuple[int, int] | None = None) -> pd.DataFrame:
     out = []
     for criterion in ("regret", "drift"):
-        for k in seeds:
+        for k in (seeds if adaptive is None else [adaptive[1]]):
             settings = [Setting(f, d, sizes, k, sd, grid) for f in FAMILIES for d in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)]
-            r = evaluate(settings, tables=tables, n_boot=n_boot, seed=k, criterion=criterion)
+            r = evaluate(settings, tables=tables, n_boot=n_boot, seed=k, criterion=criterion, adaptive=adaptive)
             out.append(r.assign(criterion=criterion))
     return pd.concat(out, ignore_index=True)
 
@@ -48,7 +50,7 @@ def check(r: pd.DataFrame) -> list[str]:
     """The targets each row misses."""
     miss = []
     for x in r.to_dict("records"):
-        name = f"{x['criterion']} {x['family']} drift {x['drift']:g} seeds {x['seeds']}"
+        name = f"{x['criterion']} {x['family']} drift {x['drift']:g} seeds {x.get('adaptive') or x['seeds']}"
         if x["criterion"] == "regret":
             if x["yes_if_costly"] == x["yes_if_costly"] and x["yes_if_costly"] > 0.05:
                 miss.append(f"{name}: P(yes | the carried lr costs >= 2 epsilon) {x['yes_if_costly']:.2f} > 0.05")
@@ -66,14 +68,16 @@ def check(r: pd.DataFrame) -> list[str]:
     return miss
 
 
-def markdown(r: pd.DataFrame, how: str) -> str:
+def markdown(r: pd.DataFrame, how: str, begin: str = BEGIN, end: str = END) -> str:
     cols = ["criterion", "family", "drift", "true_worst", "carried_worst", "epsilon", "yes", "no", "yes_if_costly", "no_if_cheap", "cover_x",
             "cover_drift", "cover_carried", "cover_worst"]
+    if (r["adaptive"] != "").any():
+        cols[6:6] = ["runs", "batches"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in r[cols].to_dict("records"):
         cells = [f"{v:.3f}" if isinstance(v, float) and c not in ("drift",) else ("–" if v != v else str(v)) for c, v in x.items()]
         lines.append("| " + " | ".join(cells) + " |")
-    return f"{BEGIN}\n{how}\n\n" + "\n".join(lines) + f"\n{END}"
+    return f"{begin}\n{how}\n\n" + "\n".join(lines) + f"\n{end}"
 
 
 def main(argv=None) -> int:
@@ -84,30 +88,37 @@ def main(argv=None) -> int:
     p.add_argument("--sd", type=float, default=0.01, help="noise sd of one run's metric (default 0.01)")
     p.add_argument("--grid", default="half", choices=("quarter", "half", "one", "irregular"))
     p.add_argument("--boot", type=int, default=200, help="bootstrap replicates (default 200)")
+    p.add_argument("--adaptive", default=None, metavar="MIN,MAX",
+                   help="adaptive seeds (seeds: {min, max}): each table starts with MIN seeds and grows where its verdict "
+                        "is open, up to MAX (--seeds is ignored); --write replaces the adaptive table")
     p.add_argument("--write", action="store_true", help="replace the table in docs/leaderboard.md")
     a = p.parse_args(argv)
+    adaptive = tuple(int(v) for v in a.adaptive.split(",")) if a.adaptive else None
+    begin, end = (BEGIN, END) if adaptive is None else (ABEGIN, AEND)
     t0 = time.perf_counter()
-    r = table(a.tables, [int(s) for s in a.seeds.split(",")], a.sizes, a.sd, a.grid, a.boot)
+    r = table(a.tables, [int(s) for s in a.seeds.split(",")], a.sizes, a.sd, a.grid, a.boot, adaptive)
     took = time.perf_counter() - t0
     pd.set_option("display.width", 200)
-    print(r.drop(columns=["sizes", "sd", "grid", "inconclusive"]).to_string(float_format=lambda v: f"{v:.3f}"))
+    print(r.drop(columns=["sizes", "sd", "grid", "inconclusive"] + (["adaptive"] if adaptive is None else [])).to_string(float_format=lambda v: f"{v:.3f}"))
     miss = check(r)
     print(f"\n{len(r)} settings, {a.tables} tables each, {took:.0f} s; targets missed: {len(miss)}")
     for m in miss:
         print("  " + m)
     if a.write:
-        how = (f"`python benchmarks/bench_calibration.py --write` ({a.tables} tables per setting, {a.sizes} sizes, seeds "
-               f"{a.seeds}, noise sd {a.sd:g}, {a.grid}-octave grid, {a.boot} bootstrap replicates; {len(miss)} target(s) missed, "
+        seeds = f"seeds {a.seeds}" if adaptive is None else f"adaptive seeds {adaptive[0]}-{adaptive[1]}"
+        cmd = "--write" if adaptive is None else f"--adaptive {a.adaptive} --write"
+        how = (f"`python benchmarks/bench_calibration.py {cmd}` ({a.tables} tables per setting, {a.sizes} sizes, "
+               f"{seeds}, noise sd {a.sd:g}, {a.grid}-octave grid, {a.boot} bootstrap replicates; {len(miss)} target(s) missed, "
                "listed after the table)")
-        body = markdown(r, how)
+        body = markdown(r, how, begin, end)
         if miss:
-            body = body.replace(END, "\nMissed: " + "; ".join(miss) + "\n" + END)
+            body = body.replace(end, "\nMissed: " + "; ".join(miss) + "\n" + end)
         doc = ROOT / "docs" / "leaderboard.md"
         text = doc.read_text(encoding="utf-8")
-        if BEGIN not in text:
-            print(f"{doc} has no {BEGIN} marker", file=sys.stderr)
+        if begin not in text:
+            print(f"{doc} has no {begin} marker", file=sys.stderr)
             return 1
-        i, j = text.index(BEGIN), text.index(END) + len(END)
+        i, j = text.index(begin), text.index(end) + len(end)
         doc.write_text(text[:i] + body + text[j:], encoding="utf-8")
         print(f"wrote {doc}")
     return 0

@@ -103,12 +103,18 @@ SPACES = {
         0.032, 6, (0.128, 0.256),
     ),
 }
-VARIANTS = ("grid", "bracket", "bracket+sweep")
+VARIANTS = ("grid", "bracket", "bracket+sweep", "grid5", "bracket5", "bracket+adaptive")
+# issue 34: seeds where the verdict is still open, against a fixed 5-seed grid
+SEEDS = {"grid5": "seeds=5", "bracket5": "seeds=5", "bracket+adaptive": "seeds={min: 3, max: 12}"}
+ADAPTIVE_REF = "grid5"
 OCT_TOL = 0.5  # octaves: two fitted optima "agree" within this
 
 
 def variant_sets(sp: Space, variant: str) -> list[str]:
     common = ["runner.concurrency=1", "logging.tensorboard=false", *sp.sets]
+    if variant in SEEDS:
+        common.append(SEEDS[variant])
+        variant = {"grid5": "grid", "bracket5": "bracket", "bracket+adaptive": "bracket"}[variant]
     if variant == "grid":
         # search.bracket=null: a space published as a bracket search (tau-depth) keeps its bracket
         # settings, which validation refuses beside sampler grid
@@ -157,7 +163,7 @@ def measure(variant: str, run_dir: Path, wall: float, boot: int) -> Result:
     steps = int(pd.to_numeric(t["steps"], errors="coerce").fillna(0).sum())
     status = t["status"].astype(str).value_counts().to_dict()
     rows = {r["label"]: {"transfers": r["transfers"], "why": r["why"], "lo": r["lr_drift_lo"], "hi": r["lr_drift_hi"],
-                         "drift": r["lr_drift"]}
+                         "drift": r["lr_drift"], "min_seeds": r["min_seeds"]}
             for r in a.rows.to_dict("records")}
     sizes = {}
     for s in a.sizes.to_dict("records"):
@@ -212,7 +218,40 @@ def _lab(key) -> str:
     return f"{lab}@{size}"
 
 
+def decided(r: Result) -> int:
+    return sum(row["transfers"] in ("yes", "no") for row in r.rows.values())
+
+
+def report_seeds(sp: Space, results: dict[str, Result]) -> list[str]:
+    """Issue 34: rows decided and training steps, the fixed 5-seed grid against bracket (5 seeds) and bracket +
+    adaptive seeds (3 to 12). Target: at least the grid's decided rows with at most 30% of its steps."""
+    g = results[ADAPTIVE_REF]
+    lines = [f"== {sp.name}: time to a decided verdict ({', '.join(f'{v}: {SEEDS[v]}' for v in SEEDS if v in results)})",
+             f"{'variant':18s} {'runs':>5s} {'steps':>8s} {'wall s':>7s} {'steps/grid5':>11s} {'decided':>8s}  verdicts"]
+    for v, r in results.items():
+        if v not in SEEDS:
+            continue
+        ratio = r.steps / g.steps if g.steps else math.nan
+        vd = "; ".join(f"{lab}: {row['transfers']}" for lab, row in r.rows.items())
+        lines.append(f"{v:18s} {r.runs:5d} {r.steps:8d} {r.wall:7.1f} {ratio:11.1%} {decided(r):4d}/{len(r.rows):<3d}  {vd}")
+    if "bracket+adaptive" in results:
+        r = results["bracket+adaptive"]
+        ratio = r.steps / g.steps if g.steps else math.nan
+        met = decided(r) >= decided(g) and ratio <= 0.30 + 1e-9
+        lines.append(f"    target (decided rows >= grid5's, <= 30% of its steps): {'met' if met else 'NOT met'} "
+                     f"({decided(r)} vs {decided(g)} decided, {ratio:.1%} of the steps)")
+        lines.append("    seeds where each row's optima rest (min over its sizes): "
+                     + "; ".join(f"{lab}: {row['min_seeds']}" for lab, row in r.rows.items()))
+    lines.append("  verdict why: " + " || ".join(f"{v}: " + "; ".join(f"{lab}: {row['transfers']} ({row['why']})"
+                                                                     for lab, row in r.rows.items())
+                                                  for v, r in results.items() if v in SEEDS))
+    return lines
+
+
 def report(sp: Space, results: dict[str, Result]) -> list[str]:
+    results = {v: r for v, r in results.items() if v not in SEEDS}
+    if "grid" not in results:
+        return []
     g = results["grid"]
     lines = [f"== {sp.name} ({sp.path}; grid lr {sp.lo:g}-{sp.hi:g}, {sp.points} points; bracket start "
              f"{', '.join(f'{x:g}' for x in sp.start)}; --set {' '.join(sp.sets)})"]
@@ -285,7 +324,8 @@ def _rows(dest: Path) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--spaces", default=",".join(SPACES), help=f"comma-separated, from {', '.join(SPACES)}")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default="grid5,bracket5,bracket+adaptive",
+                    help=f"from {', '.join(VARIANTS)} (default: issue 34's three; grid, bracket, bracket+sweep: issue 19's)")
     ap.add_argument("--out", help="keep the run directories here (default: a temporary directory)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one more override, every space and variant")
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap replicates of the intervals")
@@ -293,8 +333,9 @@ def main(argv=None) -> int:
     names = [s.strip() for s in a.spaces.split(",") if s.strip()]
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     bad = [n for n in names if n not in SPACES] + [v for v in variants if v not in VARIANTS]
-    if bad or "grid" not in variants:
-        sys.exit(f"unknown space or variant: {bad}" if bad else "the grid variant is the reference: keep it")
+    if bad or not ("grid" in variants or not set(variants) - set(SEEDS)) or (set(variants) & set(SEEDS) and ADAPTIVE_REF not in variants):
+        sys.exit(f"unknown space or variant: {bad}" if bad else "the grid variants are the references: keep grid (issue 19's "
+                 "variants) and grid5 (issue 34's)")
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="nas-bench-verdict-"))
     out.mkdir(parents=True, exist_ok=True)
     walls_file = out / "walltimes.json"
@@ -317,7 +358,7 @@ def main(argv=None) -> int:
                 walls_file.write_text(json.dumps(walls, indent=1))
             results[v] = measure(v, run_dir, walls[key], a.boot)
             print(f"  {n} {v}: {results[v].runs} runs, {results[v].steps} steps, {walls[key]:.1f} s", flush=True)
-        lines = report(sp, results)
+        lines = report(sp, results) + (report_seeds(sp, results) if ADAPTIVE_REF in results else [])
         ok &= all("NOT met" not in x for x in lines)
         print("\n".join(lines), flush=True)
         print(flush=True)

@@ -27,10 +27,14 @@ _BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "ex
 # keys whose YAML form is wider than their typed field (normalized at load, see spec/__init__.py)
 _SPECIAL: dict[tuple[str, ...], dict] = {
     ("seeds",): {
-        "description": "a count n (seeds 0..n-1) or a list of distinct integers >= 0",
+        "description": "a count n (seeds 0..n-1), a list of distinct integers >= 0, or adaptive seeds {min: n, max: m} "
+                       "(seeds 0..n-1 everywhere, up to m where a verdict is still open)",
         "anyOf": [
             {"type": "integer", "minimum": 1, "maximum": 10_000},
             {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1, "uniqueItems": True},
+            {"type": "object", "additionalProperties": False, "required": ["min", "max"],
+             "properties": {"min": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                            "max": {"type": "integer", "minimum": 2, "maximum": 10_000}}},
         ],
     },
     ("search", "pruner"): {

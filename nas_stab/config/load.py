@@ -61,7 +61,7 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False
     for key in schema.REQUIRED_TOP:
         if key not in data:
             raise ctx.error((), f"missing required key {key!r}")
-    _normalize(data, ctx)
+    seeds_more = _normalize(data, ctx)
     # every key's problem at once (unknown keys, types, ranges), then the cross-field rules, each group of
     # them reporting its first problem (a wrong key stands at its default for them)
     ctx.collected = []
@@ -78,19 +78,23 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False
         from nas_stab.config.rules import check_spec
 
         seen = {str(e) for e in errors}
-        errors += [e for e in check_spec(dataclasses.replace(spec, space=space, source=ctx.file, raw=data), ctx,
+        errors += [e for e in check_spec(dataclasses.replace(spec, space=space, source=ctx.file, raw=data, seeds_more=seeds_more), ctx,
                                           stored=stored, probe=probe) if str(e) not in seen]
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
-    spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data)
+    spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data, seeds_more=seeds_more)
     from nas_stab.config.advice import advice
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))
 
 
-def _normalize(data: dict, ctx: Ctx) -> None:
-    """Shorthand forms -> canonical ones, before the typed build."""
+def _normalize(data: dict, ctx: Ctx) -> tuple[int, ...]:
+    """Shorthand forms -> canonical ones, before the typed build; the further seeds of adaptive seeds
+    (`seeds: {min: n, max: m}`: seeds 0..n-1 everywhere, n..m-1 where a verdict is still open)."""
     seeds = data.get("seeds", [0])
+    more: tuple[int, ...] = ()
+    if isinstance(seeds, dict):
+        seeds, more = _seed_range(seeds, ctx)
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if not 1 <= seeds <= 10_000:
             raise ctx.error(("seeds",), f"a seed count must be between 1 and 10000, got {seeds}")
@@ -121,6 +125,7 @@ def _normalize(data: dict, ctx: Ctx) -> None:
             search["pruner"] = {"name": p, "options": {}}
         else:
             raise ctx.error(("search", "pruner"), f"must be a pruner name or {{name: {{options}}}}, got {p!r}")
+    return more
 
 
 def _parse_override(text: str) -> tuple[tuple, Any]:
@@ -224,6 +229,23 @@ def to_plain(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: to_plain(v) for k, v in obj.items()}
     return obj
+
+
+def _seed_range(seeds: dict, ctx: Ctx) -> tuple[list[int], tuple[int, ...]]:
+    """`seeds: {min: n, max: m}` -> (seeds 0..n-1, the further seeds n..m-1)."""
+    for k in seeds:
+        if k not in ("min", "max"):
+            hint = did_you_mean(str(k), ("min", "max"))
+            raise ctx.error(("seeds", str(k)), f"unknown key {k!r} of adaptive seeds (keys: min, max){hint}")
+    for k in ("min", "max"):
+        v = seeds.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000:
+            raise ctx.error(("seeds", k), f"adaptive seeds need {k}: a seed count from 1 to 10000, got {v!r}")
+    lo, hi = seeds["min"], seeds["max"]
+    if hi <= lo:
+        raise ctx.error(("seeds", "max"), f"must be larger than seeds.min ({lo}), got {hi}: with max <= min the "
+                                          f"count is fixed (write seeds: {lo})")
+    return list(range(lo)), tuple(range(lo, hi))
 
 
 def inner_bracket(spec) -> bool:

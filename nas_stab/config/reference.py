@@ -33,7 +33,10 @@ Top-level keys: `name` (required), `description`, `seeds`, `extends`, `task`
   recursively, lists and values replaced; `space:` entries are merged by key (a
   key set to `null` removes a base dimension). Chains are allowed, cycles are
   an error. Errors name the file and line each value came from.
-- `seeds`: a count n (seeds 0..n-1) or a list of distinct integers >= 0.
+- `seeds`: a count n (seeds 0..n-1), a list of distinct integers >= 0, or adaptive seeds `{min: n, max: m}`:
+  seeds 0..n-1 everywhere, then more (in order, up to m-1) only at the cells where a leaderboard verdict is still
+  open and can still be decided (grid and bracket searches with leaderboard.transfer; docs/leaderboard.md,
+  Adaptive seeds).
 - `space`: dotted key -> values or a distribution (below).
 """
 

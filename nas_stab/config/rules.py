@@ -128,12 +128,30 @@ def _check_search(spec, ctx: Ctx) -> None:
     if s.sampler != "grid" and not spec.space.dims:
         raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
     _check_bracket(spec, ctx)
+    _check_adaptive_seeds(spec, ctx)
 
     from nas_stab.search.optuna_study import check_pruner
 
     msg = check_pruner(s.pruner.name, s.pruner.options or {})
     if msg:
         raise ctx.error(("search", "pruner"), msg)
+
+
+def _check_adaptive_seeds(spec, ctx: Ctx) -> None:
+    """`seeds: {min, max}` adds seeds where a leaderboard verdict is still open: it needs a job source (grid or
+    bracket: an Optuna sampler's trial trains every seed of its configuration) and a size axis (the verdicts)."""
+    if not spec.seeds_more:
+        return
+    s = spec.search
+    if s.transfer is not None:
+        raise ctx.error(("seeds",), "adaptive seeds ({min, max}) are not supported inside search.transfer (each outer "
+                        "trial is judged once, on its own runs): give a seed count")
+    if s.sampler not in ("grid", "bracket"):
+        raise ctx.error(("seeds",), f"adaptive seeds ({{min, max}}) need search.sampler grid or bracket (the sampler is "
+                        f"{s.sampler}: it trains every seed of a configuration it samples); give a seed count")
+    if spec.leaderboard.transfer is None:
+        raise ctx.error(("seeds",), "adaptive seeds ({min, max}) add seeds where a transfer verdict is still open: "
+                        "they need leaderboard.transfer (the size axis); give a seed count")
 
 
 def _check_runner(spec, ctx: Ctx) -> None:

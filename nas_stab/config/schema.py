@@ -230,7 +230,7 @@ class LoggingConfig:
 class Spec:
     name: str = _f(None, "names the run directory (at most 100 characters)", pattern=r"[a-z0-9][a-z0-9_-]{0,99}")
     description: str = _f("")
-    seeds: tuple[int, ...] = _f((0,), "a list, or a count n meaning [0..n-1]")
+    seeds: tuple[int, ...] = _f((0,), "a list, or a count n meaning [0..n-1], or adaptive seeds {min: n, max: m}: seeds 0..n-1 everywhere, more (up to m) only where a verdict is still open (grid and bracket searches, docs/leaderboard.md)")
     task: TaskConfig = _f(None)
     model: ModelConfig = _f(None)
     train: TrainConfig = _f(None)
@@ -244,6 +244,8 @@ class Spec:
     source: str = field(default="<string>", compare=False, metadata={"internal": True})
     raw: Any = field(default=None, compare=False, repr=False, metadata={"internal": True})
     notes: tuple = field(default=(), compare=False, repr=False, metadata={"internal": True})  # warnings, `file:line: key: message`
+    # adaptive seeds (`seeds: {min, max}`): the seeds after `seeds`, added in order where a verdict is still open
+    seeds_more: tuple = field(default=(), compare=False, repr=False, metadata={"internal": True})
 
 
 REQUIRED_TOP = ("name", "task", "model")

@@ -19,7 +19,7 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -168,14 +168,26 @@ def carried_regret(s: Setting, tr: dict, x_ref: np.ndarray) -> np.ndarray:
 
 
 def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed: int = 0, *,
-             epsilon=None, criterion: str = "regret", tolerance: float = 1.0) -> pd.DataFrame:
+             epsilon=None, criterion: str = "regret", tolerance: float = 1.0,
+             adaptive: tuple[int, int] | None = None) -> pd.DataFrame:
     """Per setting: P(yes), P(inconclusive), P(no) and the coverage of the printed 90% intervals of each size's
-    optimum (x), the drift and the worst regret, with the true drift and worst regret (means over tables)."""
+    optimum (x), the drift and the worst regret, with the true drift and worst regret (means over tables), and
+    ``runs``, the runs a table used. `adaptive` (min, max): adaptive seeds (`more_seeds.plan`), each table
+    starting with min seeds per cell and growing where its verdict is open, up to max (each setting's `seeds`
+    is then ignored); ``batches``: the most batches of seeds a table added."""
     from nas_stab.results.analysis import analyze
 
+    if adaptive is not None:
+        settings = [replace(s, seeds=int(adaptive[1])) for s in settings]
     trials, truths = simulate(settings, tables, seed)
-    a = analyze(trials, transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10,
-                n_boot=n_boot, boot_seed=seed, epsilon=epsilon, criterion=criterion, tolerance=tolerance)
+    kw = dict(transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10, n_boot=n_boot,
+              boot_seed=seed, epsilon=epsilon, criterion=criterion, tolerance=tolerance)
+    looks = None
+    if adaptive is None:
+        a = analyze(trials, **kw)
+    else:
+        a, trials, looks = _adaptive(trials, adaptive, kw)  # looks: the batches each table added
+    runs = trials.groupby(["setting", "table"]).size()
     rows = a.rows.sort_values(["setting", "table"])
     sizes = a.sizes.sort_values(["setting", "table", "size"])
     out = []
@@ -204,7 +216,9 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
         costly = np.isfinite(tc) & (tc >= 2 * r["epsilon"].to_numpy(float))
         cheap = np.isfinite(tc) & (tc < r["epsilon"].to_numpy(float))
         v = r["transfers"].value_counts(normalize=True)
-        out.append({**asdict(s), "true_worst": float(np.nanmean(tw)), "carried_worst": float(np.nanmean(tc)),
+        out.append({**asdict(s), "adaptive": "" if adaptive is None else f"{adaptive[0]}-{adaptive[1]}",
+                    "runs": float(runs.loc[si].mean()),
+                    "batches": float(looks.loc[si].max()) if looks is not None else 0.0, "true_worst": float(np.nanmean(tw)), "carried_worst": float(np.nanmean(tc)),
                     "epsilon": float(r["epsilon"].mean()),
                     "yes": float(v.get("yes", 0.0)), "inconclusive": float(v.get("inconclusive", 0.0)), "no": float(v.get("no", 0.0)),
                     "yes_if_costly": float((said[costly] == "yes").mean()) if costly.sum() >= 10 else np.nan,
@@ -213,3 +227,47 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
                     "no_if_cheap": float((said[cheap] == "no").mean()) if cheap.sum() >= 10 else np.nan,
                     "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w, "cover_carried": cov_c})
     return pd.DataFrame(out)
+
+
+def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):
+    """Adaptive seeds on simulated tables drawn with `max` seeds per cell: the first `min` seeds of every cell,
+    then, look after look, the seeds `more_seeds.plan` asks for (a cell's seeds in order), until it asks for
+    none. (the final analysis, the trials it used, the number of looks)"""
+    from nas_stab.results.analysis import analyze
+    from nas_stab.results.more_seeds import plan
+
+    lo, hi = int(adaptive[0]), int(adaptive[1])
+    k = trials["seed"].to_numpy() % 100  # a seed's index in its cell ("merged" numbers each size's seeds from 100 s)
+    cell = ["setting", "table", "model.width", "train.lr"]
+    target = pd.Series(lo, index=pd.MultiIndex.from_frame(trials[cell].drop_duplicates()))
+    tab = ["setting", "table"]
+    looks = pd.Series(0, index=pd.MultiIndex.from_frame(trials[tab].drop_duplicates()))
+    active = trials  # the tables still growing (a table no plan touched is final: its runs do not change)
+    rows, sizes = [], []
+    while True:
+        want = target.reindex(pd.MultiIndex.from_frame(active[cell])).to_numpy()
+        used = active[k[active.index] < want]
+        a = analyze(used.reset_index(drop=True), **kw)
+        p = plan(a, hi)
+        first = a.records.groupby(["_k", "_s", "_l"], sort=False)[cell].first()
+        grow = first.loc[pd.MultiIndex.from_frame(p.cells[["_k", "_s", "_l"]])]
+        tabs = pd.MultiIndex.from_frame(grow[tab].drop_duplicates().reset_index(drop=True))
+        final = ~pd.MultiIndex.from_frame(a.rows[tab]).isin(tabs)
+        rows.append(a.rows[final])
+        sizes.append(a.sizes[~pd.MultiIndex.from_frame(a.sizes[tab]).isin(tabs)])
+        if p.empty:
+            done = trials.loc[trials.index.isin(used.index) | ~trials.index.isin(active.index)]
+            done = done[k[done.index] < target.reindex(pd.MultiIndex.from_frame(done[cell])).to_numpy()]
+            return _Final(pd.concat(rows, ignore_index=True), pd.concat(sizes, ignore_index=True)), done, looks
+        looks.loc[tabs] += 1
+        idx = pd.MultiIndex.from_frame(grow.reset_index(drop=True))
+        target.loc[idx] = np.maximum(target.loc[idx].to_numpy(), p.cells["target"].to_numpy())
+        active = active[pd.MultiIndex.from_frame(active[tab]).isin(tabs)]
+
+
+@dataclass
+class _Final:
+    """The rows and sizes of tables analysed at different looks (what `evaluate` scores)."""
+
+    rows: pd.DataFrame
+    sizes: pd.DataFrame

@@ -386,7 +386,7 @@ def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
                 continue
             exact = next((x for x in known[w[0]] if abs(math.log2(x) - w[1]) < 1e-4), None)
             if exact is not None:
-                keys[n] = next((j.key for j in src.jobs(w[0], exact, 0) if str(j.seed) == str(r.get("seed"))), None)
+                keys[n] = next((j.key for j in src.all_jobs(w[0], exact, 0) if str(j.seed) == str(r.get("seed"))), None)
             r["key"] = keys[n] if keys[n] is not None else f"unmatched-{n}"
         ends = src.report(records)
         grew = False
@@ -398,7 +398,7 @@ def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
     by_key: dict[str, str] = {}
     for i, end in enumerate(ends):
         for k, lr in enumerate(end.lrs):
-            for job in src.jobs(i, lr, k):
+            for job in src.all_jobs(i, lr, k):
                 by_key[job.key] = BRACKET_END_TEXT.get(end.end, end.end)
     return [by_key.get(k, "") if k is not None else "" for k in keys]
 

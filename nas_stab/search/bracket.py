@@ -117,6 +117,7 @@ class BracketSource:
         self.res = float(b.resolution_octaves)
         self.lo, self.hi = (math.log2(float(v)) for v in b.lr_limits)
         self.seeds = tuple(spec.seeds)
+        self.more = tuple(getattr(spec, "seeds_more", ()))  # adaptive seeds: their records count where recorded
         self.metric = spec.leaderboard.metric or spec.search.objective
         self.classes = dataset_classes(spec)
         if sweeps is None:
@@ -193,6 +194,11 @@ class BracketSource:
     def jobs(self, i: int, lr: float, order: int) -> list[Job]:
         """The runs (one per seed) of learning rate `lr` in sweep i, its `order`-th point (start first,
         then round by round, ascending in each); their keys are their configurations'."""
+        return self.all_jobs(i, lr, order)[:len(self.seeds)]
+
+    def all_jobs(self, i: int, lr: float, order: int) -> list[Job]:
+        """`jobs` and those of the further seeds of adaptive seeds (`seeds: {min, max}`), which the sweep
+        trains only where the table asks for them (`search/adaptive.py`) and counts where they are recorded."""
         got = self._jobs.get((i, lr))
         if got is None:
             from nas_stab.config import config_key
@@ -203,7 +209,7 @@ class BracketSource:
             r = try_resolve(self.spec, params)
             got = []
             where = f"o{self.outer}-" if self.outer is not None else ""
-            for seed in self.seeds:
+            for seed in self.seeds + self.more:
                 key = config_key(r, seed) if r is not None else f"invalid-{where}{i}-{lr!r}-{seed}"
                 trial = self.trial_base + i * self.max_points + order
                 got.append(Job(trial, seed, params, key, f"t{trial:05d}-s{seed}", r, outer=self.outer))
@@ -213,7 +219,9 @@ class BracketSource:
     # ------------------------------------------------------------ the decision
 
     def _decide(self, i: int, tried: list[float], recs: dict) -> _Decision:
-        rows = [(lr, j.seed, recs[j.key]) for k, lr in enumerate(tried) for j in self.jobs(i, lr, k)]
+        n = len(self.seeds)  # every first seed is recorded here; a further one counts where it is
+        rows = [(lr, j.seed, recs[j.key]) for k, lr in enumerate(tried) for m, j in enumerate(self.all_jobs(i, lr, k))
+                if m < n or j.key in recs]
         memo = (i, tuple((lr, s, r.get("status"), r.get(self.metric)) for lr, s, r in rows))
         d = self._decisions.get(memo)
         if d is None:

@@ -175,6 +175,10 @@ class Driver:
             from nas_stab.search.transfer import TransferSource
 
             source = TransferSource(spec, trials, storage=spec.search.storage or rd.storage_url, log=rd.log)
+        elif source is None and getattr(spec, "seeds_more", ()):
+            from nas_stab.search.adaptive import AdaptiveSeeds
+
+            source = AdaptiveSeeds(spec, trials, log=rd.log)
         elif source is None and spec.search.sampler in JOB_SOURCES:
             source = JOB_SOURCES.get(spec.search.sampler)(spec, trials)
         self.source = source
