@@ -178,6 +178,9 @@ def cmd_validate(args) -> int:
         runs = points * n_seeds
         more = "; bracket adds learning rates until each optimum is bracketed" if spec.search.sampler == "bracket" else ""
         print(f"trials: {points} configurations x {n_seeds} seed(s) = {runs} runs ({spec.search.sampler}{more})")
+        if spec.seeds_more:
+            print(f"adaptive seeds: then up to {len(spec.seeds_more)} more seed(s) each, only at the cells a still-open "
+                  f"verdict rests on (at most {points * len(spec.seeds_more)} more runs; docs/leaderboard.md, Adaptive seeds)")
     else:
         runs = spec.search.trials * n_seeds
         print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")

@@ -189,3 +189,60 @@ def test_bracket_inner_extends_with_every_seed_recorded():
         on_path = (r["model.width"], r["model.depth"], r["train.lr"]) in final
         assert e == ("bracketed" if on_path else ""), (r, e)
         assert on_path or r["seed"] < 3
+
+
+# ------------------------------------------------------------------ a real search (local runner)
+
+TINY_ADAPTIVE = """\
+name: tinyad
+seeds: {min: 2, max: 4}
+task: {dataset: {name: digits}}
+model: {arch: mlp_resnet, depth: 2, width: 16}
+train: {lr: 0.05, steps: 40, batch_size: 32, threads: 1, eval_every: 20}
+stability: {every: 20, probe_batch: 64, hessian: false}
+space:
+  model.branches: [1, 2]
+  train.lr: [0.02, 0.04]
+search:
+  sampler: bracket
+  bracket: {step_octaves: 1, resolution_octaves: 1, lr_limits: [0.0025, 0.64]}
+leaderboard: {transfer: model.branches}
+logging: {tensorboard: false}
+"""
+
+
+def _local(text, out, trials=None):
+    from nas_stab.config import loads_spec
+    from nas_stab.results.rundir import RunDir
+    from nas_stab.search.local import run_local
+
+    spec = loads_spec(text)
+    with RunDir.open(out, spec) as rd:
+        run_local(spec, rd, trials=trials, progress_stream=open("/dev/null", "w"))
+    return out / spec.name
+
+
+def _rows(run_dir):
+    import csv
+
+    with open(run_dir / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_real_search_stopped_inside_a_batch_resumes_to_the_same_runs(tmp_path):
+    whole = _rows(_local(TINY_ADAPTIVE, tmp_path / "a"))
+    keys = [r["key"] for r in whole]
+    assert len(keys) == len(set(keys))
+    seeds = {int(r["seed"]) for r in whole}
+    assert seeds == {0, 1, 2, 3}  # 2 seeds where the bracket went, then more where the verdict was open
+    first = {(r["model.branches"], r["train.lr"]): r["trial"] for r in whole if r["seed"] == "0"}
+    assert all(r["trial"] == first[(r["model.branches"], r["train.lr"])] for r in whole)  # a configuration's trial
+    for i, stop in enumerate((len(whole) // 2, len(whole) - 3)):  # killed midway, and inside the last batch
+        d = _local(TINY_ADAPTIVE, tmp_path / f"b{i}", trials=stop)
+        assert len(_rows(d)) == stop
+        resumed = _rows(_local(TINY_ADAPTIVE, tmp_path / f"b{i}"))
+        assert sorted(r["key"] for r in resumed) == sorted(keys)  # the same runs, none twice
+    # the run directory remembers adaptive seeds: its status knows the search is over
+    from nas_stab.results.status import status_text
+
+    assert "every verdict decided or out of seeds" in status_text(d)

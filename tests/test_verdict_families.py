@@ -231,3 +231,23 @@ def test_a_flat_top_whose_optimum_moves_says_no_yes_on_a_fine_grid():
     r = evaluate(settings, tables=150, n_boot=200, seed=4)
     assert (r["true_worst"] >= 2 * r["epsilon"]).all(), _fmt(r)
     assert (r["yes"] <= 0.05).all(), _fmt(r)
+
+
+def test_error_rates_hold_under_adaptive_seeds():
+    """Optional stopping: tables that start with 3 seeds per cell and grow where their verdict is open, up to 12
+    (`seeds: {min: 3, max: 12}`, `results/more_seeds.py`), looked at after every batch: the false-yes and
+    false-no rates stay at or under 5%, and adaptive seeds decide at least as many tables as a fixed 5 seeds
+    with fewer runs where the fixed count already decides."""
+    settings = [Setting(f, d, 3, 5, 0.01, "half") for f in ("peak", "cliff", "plateau", "heavy", "asym")
+                for d in (0.0, 0.5, 1.0, 2.0)]
+    r = evaluate(settings, tables=TABLES, n_boot=200, seed=5, adaptive=(3, 12))
+    fixed = evaluate(settings, tables=TABLES, n_boot=200, seed=5)
+    bad = r[(r["yes_if_costly"] > 0.05) | ((r["true_worst"] >= 2 * r["epsilon"]) & (r["yes"] > 0.05))]
+    assert bad.empty, "P(yes) above 5% where one lr costs >= 2 epsilon, adaptive seeds:" + _fmt(bad)
+    bad = r[(r["no_if_cheap"] > 0.05) | ((r["drift"] == 0) & (r["family"] != "cliff") & (r["no"] > 0.05))]
+    assert bad.empty, "P(no) above 5% where the carried lr costs < epsilon, adaptive seeds:" + _fmt(bad)
+    assert (r["runs"] <= 3 * 13 * 12).all() and (r["runs"] >= 3 * 13 * 3).all()
+    decided = (r["yes"] + r["no"]).sum()
+    assert decided >= (fixed["yes"] + fixed["no"]).sum() - 0.05, _fmt(r) + _fmt(fixed)
+    easy = (r["family"] == "peak") & (r["drift"] == 0)  # decided with 3 seeds: no more runs than 3 seeds need
+    assert (r.loc[easy, "runs"] < 0.7 * fixed.loc[easy, "runs"]).all(), _fmt(r[easy]) + _fmt(fixed[easy])

@@ -39,6 +39,8 @@ def applicable_plain(spec) -> dict:
 
     plain = to_plain(spec)
     plain["space"] = spec.raw.get("space") if spec.raw else None
+    if getattr(spec, "seeds_more", ()) and plain.get("seeds") == list(range(len(spec.seeds))):
+        plain["seeds"] = {"min": len(spec.seeds), "max": len(spec.seeds) + len(spec.seeds_more)}  # adaptive seeds, as written
     searched = set(spec.space.keys) if spec.space else set()
     kind, dname, arch = spec.task.kind, spec.task.dataset.name, spec.model.arch
     optimizers = {spec.train.optimizer}

@@ -237,8 +237,10 @@ def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):
     from nas_stab.results.more_seeds import plan
 
     lo, hi = int(adaptive[0]), int(adaptive[1])
-    k = trials["seed"].to_numpy() % 100  # a seed's index in its cell ("merged" numbers each size's seeds from 100 s)
     cell = ["setting", "table", "model.width", "train.lr"]
+    # a run's place among its cell's runs, in seed order: a cell grown to n seeds holds its first n runs (where the
+    # family "missing" dropped one, the next seed stands in, as a rerun would give a lost run's cell another seed)
+    k = (trials.groupby(cell, sort=False)["seed"].rank(method="first") - 1).to_numpy()
     target = pd.Series(lo, index=pd.MultiIndex.from_frame(trials[cell].drop_duplicates()))
     tab = ["setting", "table"]
     looks = pd.Series(0, index=pd.MultiIndex.from_frame(trials[tab].drop_duplicates()))
@@ -250,18 +252,22 @@ def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):
         a = analyze(used.reset_index(drop=True), **kw)
         p = plan(a, hi)
         first = a.records.groupby(["_k", "_s", "_l"], sort=False)[cell].first()
-        grow = first.loc[pd.MultiIndex.from_frame(p.cells[["_k", "_s", "_l"]])]
+        grow = first.loc[pd.MultiIndex.from_frame(p.cells[["_k", "_s", "_l"]])].reset_index(drop=True)
+        # a cell asked for seeds it already has (a simulated run that is missing, as the family "missing" drops
+        # them) does not grow: a table none of whose cells grows is final
+        more = p.cells["target"].to_numpy() > target.loc[pd.MultiIndex.from_frame(grow)].to_numpy()
+        grow, targets = grow[more], p.cells["target"].to_numpy()[more]
         tabs = pd.MultiIndex.from_frame(grow[tab].drop_duplicates().reset_index(drop=True))
         final = ~pd.MultiIndex.from_frame(a.rows[tab]).isin(tabs)
         rows.append(a.rows[final])
         sizes.append(a.sizes[~pd.MultiIndex.from_frame(a.sizes[tab]).isin(tabs)])
-        if p.empty:
+        if grow.empty:
             done = trials.loc[trials.index.isin(used.index) | ~trials.index.isin(active.index)]
             done = done[k[done.index] < target.reindex(pd.MultiIndex.from_frame(done[cell])).to_numpy()]
             return _Final(pd.concat(rows, ignore_index=True), pd.concat(sizes, ignore_index=True)), done, looks
         looks.loc[tabs] += 1
-        idx = pd.MultiIndex.from_frame(grow.reset_index(drop=True))
-        target.loc[idx] = np.maximum(target.loc[idx].to_numpy(), p.cells["target"].to_numpy())
+        idx = pd.MultiIndex.from_frame(grow)
+        target.loc[idx] = np.maximum(target.loc[idx].to_numpy(), targets)
         active = active[pd.MultiIndex.from_frame(active[tab]).isin(tabs)]
 
 

@@ -36,6 +36,8 @@ def status_text(run_dir: Path) -> str:
         from nas_stab.search.transfer import inner_points
 
         planned = spec.search.trials * len(inner_points(spec)) * len(spec.seeds)
+    elif spec.search.sampler == "grid" and getattr(spec, "seeds_more", ()):  # adaptive seeds: decided as results come in
+        planned = None
     elif spec.search.sampler == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
     elif spec.search.sampler == "bracket":  # the total is decided as results come in
@@ -48,6 +50,11 @@ def status_text(run_dir: Path) -> str:
         open_sweeps = spec.search.trials - scored if scored is not None else 0  # outer trials not scored yet
         lines = [f"{spec.name}: {done} runs finished; transfer search with bracket inside: "
                  f"{'?' if scored is None else scored} of {spec.search.trials} outer trials scored"]
+    elif getattr(spec, "seeds_more", ()):
+        open_sweeps = _adaptive_todo(run)
+        lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
+                 + (f"{open_sweeps} run(s) of the current batch to train" if open_sweeps else "every verdict decided or "
+                    "out of seeds")]
     elif planned is None:
         open_sweeps = _open_sweeps(run)
         lines = [f"{spec.name}: {done} runs finished; bracket: {open_sweeps} learning-rate sweep(s) not ended yet"]
@@ -68,6 +75,9 @@ def status_text(run_dir: Path) -> str:
         if transfer_bracket:
             rest = (f"; {open_sweeps} outer trial(s) not scored: rerun `nas-stab run` with the same file to finish"
                     if open_sweeps else "")
+        elif getattr(spec, "seeds_more", ()):
+            rest = (f"; {open_sweeps} run(s) of the current batch not trained: rerun `nas-stab run` with the same file "
+                    "to go on" if open_sweeps else "")
         elif planned is None:
             rest = (f"; {open_sweeps} sweep(s) not ended: rerun `nas-stab run` with the same file to finish"
                     if open_sweeps else "")
@@ -111,6 +121,15 @@ def _scored_outer_trials(run_dir: Path, spec) -> int | None:
                    for t in study.get_trials(deepcopy=False))
     except Exception:
         return None
+
+
+def _adaptive_todo(run) -> int:
+    """Adaptive seeds: the runs of the current stage (the inner search's, or a batch of seeds) not recorded, replayed
+    from the records as the search replays them (0: the search is over)."""
+    from nas_stab.search.adaptive import todo_from_table
+
+    records = run.trials.to_dict("records") if run.trials is not None else []
+    return len(todo_from_table(run.spec, records) or [])
 
 
 def _open_sweeps(run) -> int:

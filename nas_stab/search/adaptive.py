@@ -164,3 +164,40 @@ def _analysis(spec, rows: list[dict]):
             num = pd.to_numeric(df[c].replace("", None), errors="coerce")
             df[c] = num if num.notna().all() or c in (cfg["lr"], cfg["metric"]) else df[c]
     return analyze(df, n_boot=1000, **cfg)
+
+
+def todo_from_table(spec, records: Sequence[dict]) -> list[Job] | None:
+    """The runs of the current stage not yet recorded (None: the search is over), for a search read back from its
+    trials.csv with the run directory's stored spec (`nas-stab status`). Its configurations' keys need not be the
+    search's (the stored spec reads 1.0 back as 1, trials.csv keeps lrs to 6 digits), so every record is matched
+    to the job of the same values and seed (an lr within 1e-4 octave), stage by stage, as the leaderboard matches
+    a bracket's records (`leaderboard._replayed_ends`)."""
+    import math
+
+    from nas_stab.results.values import fmt_value
+
+    lr_key = spec.leaderboard.lr
+    src = AdaptiveSeeds(spec)
+    recs = [{**r, "key": f"unmatched-{i}"} for i, r in enumerate(records)]
+    todo = None
+    for _ in range(_MAX_STAGES):
+        todo = src.pending(recs, ())
+        by: dict[tuple, list[tuple[float, Job]]] = {}
+        for j in src._index.values():
+            rest = tuple(sorted((k, fmt_value(v)) for k, v in j.params.items() if k != lr_key))
+            by.setdefault((str(j.seed), rest), []).append((math.log2(float(j.params[lr_key])), j))
+        grew = False
+        for r in recs:
+            if not r["key"].startswith("unmatched-"):
+                continue
+            rest = tuple(sorted((k, fmt_value(r.get(k))) for k in spec.space.keys if k != lr_key and k in r))
+            try:
+                x = math.log2(float(r.get(lr_key)))
+            except (TypeError, ValueError):
+                continue
+            hit = next((j for xj, j in by.get((str(r.get("seed")), rest), ()) if abs(xj - x) < 1e-4), None)
+            if hit is not None:
+                r["key"], grew = hit.key, True
+        if not grew:
+            return todo
+    return todo
