@@ -124,6 +124,29 @@ def test_cost_model_of_a_classification_task():
     assert budget.measure_costs(s, object()) == budget.FALLBACK  # a task that does not say its sizes
 
 
+def test_cost_model_of_a_translation_task():
+    """Tokens, not sentences: the padded source and target input of a training batch (the mean over one
+    epoch's plan), of the probe batch, and of a validation with its decoding (1.25 x beam x target tokens)."""
+    import torch
+
+    from nas_stab.tasks import load_task
+
+    s = loads_spec("name: t\ntask: {kind: translation, dataset: {name: synthetic, size: 200}, beam: 2}\n"
+                   "model: {arch: transformer, d_model: 16, enc_layers: 1, dec_layers: 1, heads_per_branch: 2, "
+                   "ffn_per_branch: 32}\ntrain: {optimizer: adam, lr: 0.001, steps: 10, batch_size: 16}\n"
+                   "stability: {probe_batch: 32, hessian_batch: 16}\nsearch: {objective: bleu}\n")
+    task = load_task(s, 0, torch.device("cpu"))
+    w = task.measure_work()
+    src, tin = task.probe_batch[0], task.probe_batch[1]
+    assert w["probe"] == src.numel() + tin.numel() and w["probe_rows"] == src.shape[0] == 32
+    v = task.data.splits["val"]
+    assert w["val"] == float(v.src_len.sum() + v.tgt_len.sum()) + 1.25 * 2 * float(v.tgt_len.sum())
+    assert w["train"] > 16  # tokens of a 16-sentence batch
+    c = budget.measure_costs(s, task)
+    assert math.isclose(c.hessian, budget.HESSIAN_K * (budget.GRAPH_WORK + budget.HVP_WORK * 20) * w["probe"] / 2 / (3 * w["train"]))
+    assert all(math.isfinite(x) and x > 0 for x in c)
+
+
 def test_a_run_records_its_measuring_and_training_time():
     from nas_stab.training import train_run
 

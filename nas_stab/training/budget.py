@@ -21,7 +21,6 @@ per example and a backward pass 2, so a training step on a batch of B examples i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 SNAPSHOT_K = 1.25
@@ -31,8 +30,7 @@ GRAPH_WORK = 4.0  # the Hessian batch's forward and its backward that keeps the 
 MAX_POINTS = 9  # mid-run measurements of each kind at most: with the one at the end, 10 per run (the earlier default)
 
 
-@dataclass(frozen=True)
-class MeasureCosts:
+class MeasureCosts(NamedTuple):
     """What one measurement costs, in training steps."""
 
     snapshot: float  # a stability snapshot without the Hessian
