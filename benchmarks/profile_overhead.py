@@ -4,8 +4,9 @@
         [--dataset mnist --root DATA_DIR] [--reps 3]
 
 In one process, alternating: the hand-written loop of bench_overhead.py and `train_run` of the same
-spec (nas_stab's defaults: 10 stability snapshots per run, the Hessian at init and end, one
-validation at the end without a pruner), timed without a profiler; then one `train_run` under cProfile, whose time is
+spec (nas_stab's defaults: the snapshots and validations during training that fit in
+stability.budget, at 1500 steps none; the snapshots at init and end with the Hessian; the
+validation at the end), timed without a profiler; then one `train_run` under cProfile, whose time is
 split into the parts a trial adds to the hand loop (stability snapshots, Hessian, validations, the
 per-step bookkeeping) and the parts both do (forward, backward, optimizer step, batches).
 The profiler's own cost inflates the Python-heavy parts; use its split, and the unprofiled wall

@@ -55,7 +55,7 @@ def run_ray_text(text: str, out: Path, **kw):
     return spec, Path(out) / spec.name, counts
 
 
-TIMING = ("wall_s", "optuna_trial")  # trials.csv columns allowed to differ between runners
+TIMING = ("wall_s", "train_s", "measure_s", "optuna_trial")  # trials.csv columns allowed to differ between runners
 
 
 def without_timing(rs):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TINY, run_cli
 
-TIMING = {"wall_s", "optuna_trial"}
+TIMING = {"wall_s", "train_s", "measure_s", "optuna_trial"}
 SPEC = TINY.replace("steps: 20", "steps: 60").replace("[1, 2]", "[1, 2, 3]")  # 6 runs
 
 

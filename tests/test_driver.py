@@ -48,7 +48,9 @@ def expected(name: str) -> list[dict]:
 
 
 def without_wall(rs):
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]
+    from nas_stab.results.rundir import TIMING_COLUMNS
+
+    return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rs]
 
 
 def _num(v: str):

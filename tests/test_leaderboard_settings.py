@@ -104,6 +104,7 @@ def _old_spec_hash(spec) -> str:
     plain["model"].pop("layer_skip", None)  # and model.layer_skip (mlp, plainnet)
     for k in ("base_width", "base_depth", "readout_zero_init", "ffn_ratio"):  # then the muP keys
         plain["model"].pop(k, None)
+    plain["stability"].pop("budget", None)  # then stability.budget
     plain["space"] = spec.raw.get("space") if spec.raw else None
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -74,7 +74,7 @@ def test_diverging_lr_is_recorded_diverged_at_concurrency_2(grid_runs):
 
 def test_tpe_at_concurrency_2_finishes_every_trial(tmp_path):
     # two seeds per trial: the second seed of a trial runs after its first, on whichever worker is free
-    text = spec_text(seeds=2, train={"threads": 1, "steps": 10},
+    text = spec_text(seeds=2, train={"threads": 1, "steps": 10, "eval_every": 5},  # reports (the budget's default: none)
                      space={"model.branches": [1, 2], "train.lr": {"loguniform": [0.001, 0.1]}},
                      search={"sampler": "tpe", "trials": 5})
     d = run_local_text(spec_text(text, runner={"concurrency": 2}), tmp_path)

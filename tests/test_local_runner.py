@@ -41,7 +41,7 @@ def test_run_directory_and_columns(tmp_path):
     assert cols[: len(head)] == head
     for c in TASK_METRICS["classification"] + tuple(f"{p}{m}" for p in ("init_", "final_") for m in stability_metrics("classification")):
         assert c in cols, c
-    for c in ("max_update_ratio", "steps", "wall_s", "diverged_step", "error"):
+    for c in ("max_update_ratio", "steps", "wall_s", "train_s", "measure_s", "diverged_step", "error"):
         assert c in cols
     assert all(x["status"] == "complete" and float(x["val_acc"]) > 0 for x in r)
     hist = (d / "history" / f"{r[0]['run_id']}.csv").read_text().splitlines()

@@ -104,6 +104,7 @@ def test_three_stage_plainnet_is_unchanged_bit_for_bit(monkeypatch, knobs):
     for k in ("aggregation_exponent", "tau_exponent", "stages", "layer_skip", "base_width", "base_depth", "readout_zero_init",
               "ffn_ratio"):
         plain["model"].pop(k, None)
+    plain["stability"].pop("budget", None)  # (added after stages)
     plain["space"] = s.raw.get("space") if s.raw else None
     assert spec_hash(s) == hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert spec_hash(spec_of("arch: plainnet, depth: 7, width: 4, stages: 1")) != spec_hash(spec_of("arch: plainnet, depth: 7, width: 4"))

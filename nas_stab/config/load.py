@@ -267,6 +267,9 @@ _ADDED_KEYS = (  # (section, key, when it applies)
     ("model", "base_depth", lambda spec: spec.model.base_depth is not None),
     ("model", "readout_zero_init", lambda spec: spec.model.readout_zero_init),
     ("model", "ffn_ratio", lambda spec: spec.model.ffn_ratio is not None),
+    # at its default out of the hashes: a run directory made before it resumes, its runs not yet trained
+    # taking the budgeted cadence (which changes no training and no pruning: docs/run-directory.md)
+    ("stability", "budget", lambda spec: spec.stability.budget != schema.DEFAULT_BUDGET),
 )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 Number = Union[int, float]
+DEFAULT_BUDGET = 0.03  # stability.budget: the share of a run's training time its measurements may take
 
 
 def _f(default: Any = None, doc: str = "", **meta: Any) -> Any:
@@ -131,7 +132,7 @@ class TrainConfig:
     scalar_lr_mult: float = _f(0.1, "lr multiplier of scalar parameters (learnable tau, Fixup biases)", gt=0)
     scalar_weight_decay: Optional[float] = _f(None, "weight decay of scalar parameters (learnable tau, Fixup biases and multipliers); default: train.weight_decay", ge=0)
     label_smoothing: float = _f(0.0, ge=0, lt=1)
-    eval_every: Optional[int] = _f(None, "steps between validation evaluations (default: 10 per run)", ge=1)
+    eval_every: Optional[int] = _f(None, "steps between validation evaluations; default (null): chosen within stability.budget, at most 10 per run (every ceil(steps / 10) steps; the last at the end); 10 per run with a pruner (its reports) or with stability.budget null", ge=1)
     eval_batch: int = _f(1024, ge=1)
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
     threads: Optional[int] = _f(None, "torch threads per trial (default: cpus / concurrency)", ge=1, le=1024)
@@ -147,13 +148,14 @@ class DivergenceConfig:
 
 @dataclass(frozen=True)
 class StabilityConfig:
-    every: Optional[int] = _f(None, "steps between stability snapshots (0 = only at init and end); default (null): 10 snapshots per run, every max(1, steps // 10) steps (the default was 50 before; a run directory made then keeps it)", ge=0)
+    every: Optional[int] = _f(None, "steps between stability snapshots (0 = only at init and end); default (null): chosen within stability.budget, at most 10 snapshots per run (every ceil(steps / 10) steps); with budget null exactly that (the default was 50 before; a run directory made then keeps it)", ge=0)
     probe_batch: int = _f(256, ge=1, le=1_000_000)
     hessian: bool = _f(True, "top Hessian eigenvalue at init and end")
     hessian_iters: int = _f(20, "Lanczos steps (Hessian-vector products) at most", ge=1, le=1000)
     hessian_tol: float = _f(1e-3, "relative tolerance between successive top Ritz values (Lanczos)", gt=0, lt=1)
     hessian_every: int = _f(0, "steps between sharpness estimates during training (0 = only at init and end); taken at the snapshots, so a multiple of every", ge=0)
     hessian_batch: int = _f(64, "examples of the probe batch (its first ones) whose loss Hessian gives the sharpness (0 = the whole probe batch); fewer examples: cheaper Hessian-vector products, a larger top eigenvalue", ge=0, le=1_000_000)
+    budget: Optional[float] = _f(DEFAULT_BUDGET, "the share of a run's training time its measurements may take: the stability snapshots (at init, during training and at the end, with their Hessian estimates) and the mid-run validations. The cadences left unset (every, train.eval_every) are chosen within it from a cost model of the measurements (docs/run-directory.md, 'The measurements' budget'): up to 10 per run each (9 during training, 1 at the end), fewer when they would not fit; the snapshots and Hessian estimates at init and at the end are always taken, and with a pruner the validations stay at 10 per run (its reports). Each run records its measuring and training time (trials.csv measure_s, train_s). 0: nothing during training; null: no budget, 10 snapshots and 10 validations per run whatever their cost (the defaults before the budget)", ge=0, le=1)
     divergence: DivergenceConfig = _f(None)
 
 

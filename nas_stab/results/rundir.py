@@ -39,8 +39,9 @@ from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, s
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
-FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "diverged_step", "diverged_why", "error", "run_id",
+FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "train_s", "measure_s", "diverged_step", "diverged_why", "error", "run_id",
               "key", "optuna_trial"]
+TIMING_COLUMNS = ("wall_s", "train_s", "measure_s")  # seconds: the only columns two runs of the same job may differ in
 
 
 def atomic_write(path: Path, data: str | bytes) -> Path:

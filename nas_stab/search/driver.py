@@ -166,6 +166,7 @@ class Driver:
 
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
+        self._over_budget_told = False  # log.txt names the first run whose measurements took over twice the budget
         self.offset = plan.steps_hint(spec)  # step offset between the seeds of a trial in Optuna's intermediate values
         self._base = plan.base_lookup(spec)
         self.running: dict[int, Trial] = {}  # by Optuna trial number, until told
@@ -321,12 +322,26 @@ class Driver:
                 self.rd.log(f"{job.run_id} failed:\n{tb}")
             rows.append(plan.make_row(spec, job, res, trial.number))
             results.append(res)
+            self._check_budget(job, res)
         self.records.save(rows, results)
         trial_states.tell(self.study, trial.ot, plan.trial_status(results), plan.run_value(spec, results),
                           "; ".join(r.error for r in results if r.error))
         self._closed(trial)
         for row in rows:
             self.rd.log(self.progress.update(row))
+
+    def _check_budget(self, job, result) -> None:
+        """One line in log.txt, the first time a run's measurements took more than twice stability.budget."""
+        budget = self.spec.stability.budget
+        train, measure = getattr(result, "train_s", 0.0), getattr(result, "measure_s", 0.0)
+        if self._over_budget_told or budget is None or train <= 0 or measure <= 2 * budget * train:
+            return
+        self._over_budget_told = True
+        self.rd.log(f"{job.run_id}: measuring took {measure / train:.0%} of its training time ({measure:.2f} s beside "
+                    f"{train:.2f} s), over twice stability.budget ({budget:.0%}): the snapshots at init and at the end "
+                    f"(a short run), or the cadences the experiment sets, cost more than the budget; trials.csv has "
+                    f"every run's measure_s and train_s (docs/run-directory.md, \"The measurements' budget\"). "
+                    f"Said once per search")
 
     def abandon(self, trial: Trial, error: str = "interrupted", status: str = INTERRUPTED) -> None:
         """Close a trial without records: interrupted (trained again on a rerun) or failed."""

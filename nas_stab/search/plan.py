@@ -133,6 +133,8 @@ def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any
         "objective": result.metrics.get(spec.search.objective),
         "steps": result.steps,
         "wall_s": round(result.wall_s, 3),
+        "train_s": round(result.train_s, 3),
+        "measure_s": round(result.measure_s, 3),
         "diverged_step": result.diverged_step,
         "error": result.error,
         "run_id": job.run_id,

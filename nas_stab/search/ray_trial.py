@@ -63,6 +63,8 @@ def encode_result(result, tb: str = "", resumed_from: int | None = None) -> str:
             "history": result.history,
             "steps": result.steps,
             "wall_s": result.wall_s,
+            "train_s": result.train_s,
+            "measure_s": result.measure_s,
             "diverged_step": result.diverged_step,
             "error": result.error,
             "traceback": tb,
@@ -82,6 +84,8 @@ def decode_result(text: str):
         history=d["history"],
         steps=d["steps"],
         wall_s=d["wall_s"],
+        train_s=d.get("train_s", 0.0),
+        measure_s=d.get("measure_s", 0.0),
         diverged_step=d["diverged_step"],
         error=d["error"],
     )

@@ -39,6 +39,14 @@ class Classification:
                     x = d.augment_batch(x, gen)
                 yield x, d.y_train.index_select(0, idx)
 
+    def measure_work(self) -> dict[str, float]:
+        """What the measurements' cost model (training/budget.py) counts, in examples: a training batch,
+        the probe batch (and its rows) and one validation (a forward pass over the validation split)."""
+        d = self.data
+        n = float(len(self.probe_batch[1]))
+        return {"train": float(self.batch_size), "probe": n, "probe_rows": n,
+                "val": float(0 if d.x_val is None else len(d.x_val))}
+
     def forward(self, model, batch):
         return model(batch[0])
 

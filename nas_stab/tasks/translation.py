@@ -97,6 +97,20 @@ class Translation:
             for idx in self._plan(gen):
                 yield self._batch(self.train_split, idx, self._src_len, self._tgt_len)
 
+    def measure_work(self) -> dict[str, float]:
+        """What the measurements' cost model (training/budget.py) counts, in padded tokens (source + target
+        input): a training batch (the mean of one epoch's plan), the probe batch (and its sentences), and one validation: the
+        loss's forward pass over the split plus the decoding, counted as 1.25 x beam x its target tokens
+        (fitted on a small Transformer, docs/run-directory.md)."""
+        plan = self._plan(torch.Generator().manual_seed(0))
+        train = sum(len(i) * (int(self._src_len[i].max()) + int(self._tgt_len[i].max())) for i in plan) / max(1, len(plan))
+        probe = sum(float(t.numel()) for t in self.probe_batch[:2])
+        s = self.data.splits.get("val")
+        val = 0.0
+        if s is not None:
+            val = float(s.src_len.sum() + s.tgt_len.sum()) + 1.25 * self.spec.task.beam * float(s.tgt_len.sum())
+        return {"train": float(train), "probe": probe, "probe_rows": float(self.probe_batch[0].shape[0]), "val": val}
+
     # ------------------------------------------------------------ loss
 
     def forward(self, model, batch):

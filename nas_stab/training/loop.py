@@ -20,6 +20,7 @@ from nas_stab.metrics import STABILITY_METRICS, tail_loss
 from nas_stab.models import build_model
 from nas_stab.stability import DivergenceRule, Prober, diverged_why, explain_nonfinite, reference_loss
 from nas_stab.tasks import load_task
+from nas_stab.training import budget
 from nas_stab.training.malloc import keep_freed_memory
 from nas_stab.training.optim import build_optimizer, total_steps
 from nas_stab.training.step import schedule_lr, train_step
@@ -87,6 +88,8 @@ class RunResult:
     history: list[dict[str, float]] = field(default_factory=list)
     steps: int = 0
     wall_s: float = 0.0
+    train_s: float = 0.0  # of wall_s: the training loop (steps, batches, bookkeeping), measurements not counted
+    measure_s: float = 0.0  # of wall_s: the stability snapshots (Hessian included) and the mid-run validations
     diverged_step: int | None = None
     error: str = ""
 
@@ -105,17 +108,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def cadences(spec, total: int) -> tuple[int, int]:
-    """(steps between validations, steps between stability snapshots) of a `total`-step run.
+def cadences(spec, total: int, costs: budget.MeasureCosts = budget.FALLBACK) -> tuple[int, int]:
+    """(steps between validations, steps between stability snapshots; 0: none during training) of a
+    `total`-step run whose measurements cost `costs` (training/budget.py).
 
-    Defaults (docs/experiment-file.md): validations 10 per run (the pruner's reports, Optuna's
-    intermediate values and the validation curves); snapshots 10 per run. A snapshot costs about as
-    much as 2-4 training steps, so a fixed count per run keeps its share of a run's time small
-    whatever its length (every 50 steps, the earlier default, cost ~8% of a 1500-step run)."""
-    t, st = spec.train, spec.stability
-    eval_every = t.eval_every or max(1, total // 10)
-    snap_every = st.every if st.every is not None else max(1, total // 10)
-    return eval_every, snap_every
+    The spec's cadences when it sets them; else chosen within `stability.budget` (at most 10 per run
+    each), or, with budget null, 10 per run each (docs/experiment-file.md). With a pruner the
+    validations stay at 10 per run: they are its reports (and Optuna's intermediate values)."""
+    c = budget.for_spec(spec, total, costs)
+    return c.eval_every, c.snap_every
 
 
 def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Checkpointer | None = None) -> RunResult:
@@ -130,7 +131,8 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     model = build_model(spec, task.info).to(device)
     optimizer = build_optimizer(model, t)
     total = total_steps(t, task.steps_per_epoch)
-    eval_every, snap_every = cadences(spec, total)
+    budgeted = st.budget is not None and (st.every is None or t.eval_every is None)
+    eval_every, snap_every = cadences(spec, total, budget.measure_costs(spec, task) if budgeted else budget.FALLBACK)
     log_every = max(1, total // 1000)
     prober = Prober(model, task, spec)
     rule = DivergenceRule(st.divergence.loss_factor, reference_loss(task))
@@ -156,7 +158,9 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
     else:
         schedule_lr(optimizer, t, 0, total)
+        m0 = time.perf_counter()
         snap = _snapshot(prober, optimizer, spec, 0, rule)
+        result.measure_s += time.perf_counter() - m0
         metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
         if "probe_loss" in snap:
             metrics["init_loss"] = snap["probe_loss"]
@@ -177,6 +181,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
         spikes.add(value, step)
         return False
 
+    loop_t0, measured = time.perf_counter(), 0.0  # measured: the mid-run measurements' share of the loop
     try:
         for step in range(start + 1, total + 1):
             batch = next(batches)
@@ -189,21 +194,27 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
                 history.setdefault(step, {"step": step})["train_loss"] = loss_value
                 history[step]["lr"] = lr
             if snap_every and step % snap_every == 0 and step != total:
+                m0 = time.perf_counter()
                 snap = _snapshot(prober, optimizer, spec, step, rule)
                 max_update = _max(max_update, snap.get("update_ratio"))
                 history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
-            if step % eval_every == 0 and step != total:
-                ev = task.evaluate(model, "val")
-                if any(not math.isfinite(v) for v in ev.values()):
-                    rule.check_finite(math.nan, step, "validation metric",
-                                      explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
-                    break
-                metrics.update(ev)
-                metrics["train_loss"] = loss_value
-                metrics["train_loss_tail"] = _tail(history, step)
-                history.setdefault(step, {"step": step}).update(ev)
-                if reporter:
-                    reporter(step, {**ev, "train_loss": loss_value, "train_loss_tail": metrics["train_loss_tail"]})
+                measured += time.perf_counter() - m0
+            if eval_every and step % eval_every == 0 and step != total:
+                m0 = time.perf_counter()
+                try:
+                    ev = task.evaluate(model, "val")
+                    if any(not math.isfinite(v) for v in ev.values()):
+                        rule.check_finite(math.nan, step, "validation metric",
+                                          explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
+                        break
+                    metrics.update(ev)
+                    metrics["train_loss"] = loss_value
+                    metrics["train_loss_tail"] = _tail(history, step)
+                    history.setdefault(step, {"step": step}).update(ev)
+                    if reporter:
+                        reporter(step, {**ev, "train_loss": loss_value, "train_loss_tail": metrics["train_loss_tail"]})
+                finally:
+                    measured += time.perf_counter() - m0
             if checkpoint and checkpoint.every and step % checkpoint.every == 0:
                 checkpoint.save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -215,6 +226,8 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             step = total
     except Pruned:
         result.status = "pruned"
+    result.train_s = time.perf_counter() - loop_t0 - measured
+    result.measure_s += measured
 
     if rule.reason is not None:
         result.status = "diverged"
@@ -235,7 +248,9 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
             metrics["train_loss_tail"] = _tail(history, total)
     if result.status in ("complete", "pruned"):
+        m0 = time.perf_counter()
         snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
+        result.measure_s += time.perf_counter() - m0
         metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
         max_update = _max(max_update, snap.get("update_ratio"))
         history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
