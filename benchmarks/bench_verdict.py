@@ -1,4 +1,11 @@
-"""Time to verdict: the full half-octave lr grid vs `bracket` vs `bracket` + the `sweep` pruner.
+"""Time to verdict: the full half-octave lr grid vs `bracket` (+ the `sweep` pruner, + adaptive seeds).
+
+Issue 34's comparison (the default variants): ``grid5``, the full grid with a fixed 5 seeds; ``bracket5``,
+`bracket` (below) with 5 seeds; ``bracket+adaptive``, `bracket` with adaptive seeds ``seeds: {min: 3, max:
+12}`` (docs/leaderboard.md, Adaptive seeds). Printed per space: runs, training steps, wall time, steps as a
+fraction of grid5's and how many rows end decided (yes or no); target: at least grid5's decided rows with at
+most 30% of its steps. Issue 19's variants (``--variants grid,bracket,bracket+sweep``, the spaces' own seed
+counts) compare as described next.
 
 For each LR-transfer space below, runs the same experiment three times with
 `nas-stab run`, as a user would, and compares the leaderboards the library
@@ -42,7 +49,7 @@ take about 20 minutes of one CPU here), all by ``--set``:
   lr 0.032-2.048 (6 octaves, 13 points); evaluated every 20 steps.
 
     python benchmarks/bench_verdict.py [--spaces quickstart,stam-branches,tau-depth] [--out DIR]
-        [--variants grid,bracket,bracket+sweep] [--boot 1000]
+        [--variants grid5,bracket5,bracket+adaptive | grid,bracket,bracket+sweep] [--boot 1000]
 
 `--out DIR` keeps the run directories (default: a temporary directory); run
 again with the same DIR and nothing is trained again (every run resumes as

@@ -23,10 +23,15 @@ _spec.loader.exec_module(bench)
 def test_every_variant_of_every_space_validates(space, variant):
     sp = bench.SPACES[space]
     spec = load_spec(ROOT / sp.path, bench.variant_sets(sp, variant))
-    assert spec.search.sampler == ("grid" if variant == "grid" else "bracket")
+    grid = variant in ("grid", "grid5")
+    assert spec.search.sampler == ("grid" if grid else "bracket")
     assert (spec.search.pruner.name if spec.search.pruner else "none") == ("sweep" if variant == "bracket+sweep" else "none")
+    if variant in ("grid5", "bracket5"):
+        assert spec.seeds == tuple(range(5)) and not spec.seeds_more
+    if variant == "bracket+adaptive":
+        assert spec.seeds == (0, 1, 2) and spec.seeds_more == tuple(range(3, 12))
     lrs = spec.space.values_of(spec.space.get("train.lr"))
-    if variant == "grid":
+    if grid:
         assert len(lrs) == sp.points and min(lrs) == pytest.approx(sp.lo) and max(lrs) == pytest.approx(sp.hi)
     else:
         assert sorted(lrs) == pytest.approx(sorted(sp.start))
