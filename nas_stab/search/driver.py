@@ -199,6 +199,7 @@ class Driver:
         self.progress = Progress(spec, total, stream=progress_stream, live=live)
         for r in rows.values():
             self.progress.add_existing(r)
+        self._expect()
         if rows:
             self.progress.note(f"resuming {rd.path}: {note}")
 
@@ -325,8 +326,21 @@ class Driver:
         trial_states.tell(self.study, trial.ot, plan.trial_status(results), plan.run_value(spec, results),
                           "; ".join(r.error for r in results if r.error))
         self._closed(trial)
+        self._expect()
         for row in rows:
             self.rd.log(self.progress.update(row))
+
+    def _expect(self) -> None:
+        """A job source that decides its runs as it goes (no `total`): its expected runs in all, for the display."""
+        expected = getattr(self.source, "expected", None)
+        if expected is None or self.progress.total:
+            return
+        try:
+            got = expected(list(self.records.rows.values()))
+        except Exception:  # noqa: BLE001 - a display's guess must never stop a search
+            return
+        if got:
+            self.progress.expect(*got)
 
     def abandon(self, trial: Trial, error: str = "interrupted", status: str = INTERRUPTED) -> None:
         """Close a trial without records: interrupted (trained again on a rerun) or failed."""
