@@ -184,10 +184,10 @@ def cmd_validate(args) -> int:
     else:
         runs = spec.search.trials * n_seeds
         print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")
-    from nas_stab.estimate import estimate_cost
+    from nas_stab.estimate import estimate_cost, process_age
 
     _preflight_data(spec)
-    print(estimate_cost(spec, runs, timed=not args.no_timing))
+    print(estimate_cost(spec, runs, timed=not args.no_timing, startup_s=process_age()))
     print(f"ok: {args.spec} is valid")
     return 0
 

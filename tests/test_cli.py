@@ -41,7 +41,7 @@ def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurren
     r = run_cli("validate", tiny_yaml, "--set", "runner.concurrency=2", "--set", "train.threads=1")
     assert r.returncode == 0, r.stderr
     cost = r.stdout[r.stdout.index("cost:"):]
-    assert "1 torch thread(s) per run" in cost.splitlines()[0] and "wall at 2 runs at once" in cost
+    assert "1 torch thread(s) per run" in cost.splitlines()[0] and "  2 runs at once: " in cost and "-> wall time: ~" in cost
 
 
 def test_bad_input_exit_2_without_traceback(tmp_path, tiny_yaml):

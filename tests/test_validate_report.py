@@ -100,7 +100,8 @@ space:
     assert lines[0].startswith("cost: 16 runs, 160 optimizer steps; timed on cpu"), text
     assert lines[1].startswith("  cheapest depth=1, width=8: ") and "(rounds " in lines[1], text
     assert lines[2].startswith("  dearest  depth=4, width=64: "), text
-    assert "of training (range " in lines[3], text
+    assert "of training steps (range " in lines[3] and "of whole runs" in lines[3], text
+    assert "start-up" in text and "ms per run" in text and lines[-1].startswith("  -> wall time: ~"), text
     # a bracket search's configurations are its start grid's: timed the same way, and said to grow
     bracket = loads_spec("""\
 name: cost
@@ -117,7 +118,7 @@ leaderboard: {transfer: model.width}
     lines = estimate_cost(bracket, 12).splitlines()
     assert lines[0].startswith("cost: 12 runs, 120 optimizer steps"), lines
     assert lines[1].startswith("  cheapest width=8: ") and lines[2].startswith("  dearest  width=64: "), lines
-    assert "the bracket's start grid" in lines[3], lines
+    assert "runs expected" in lines[-1] and "if the start grid's 12 runs bracket every optimum" in lines[-1], lines
 
 
 def test_mistakes_in_every_phase_are_reported_in_one_run(tmp_path):

@@ -68,6 +68,12 @@ class AdaptiveSeeds:
             out = out[:room]
         return out
 
+    def expected(self, records: Sequence[dict]) -> tuple[int, str, str]:
+        """(runs at least, ">=", why), for the progress display: the first stage's (the grid, or the
+        bracket's expected runs) with `seeds.min` seeds; further seeds depend on the verdicts."""
+        n = self.inner.expected_runs(records) if self.spec.search.sampler == "bracket" else len(self._grid)
+        return (n if self.limit is None else min(n, self.limit)), ">=", "more seeds where a verdict needs them"
+
     # ------------------------------------------------------------ stages
 
     def replay(self, recs: dict) -> list[Job] | None:

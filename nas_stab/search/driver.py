@@ -200,6 +200,7 @@ class Driver:
         self.progress = Progress(spec, total, stream=progress_stream, live=live)
         for r in rows.values():
             self.progress.add_existing(r)
+        self._expect()
         if rows:
             self.progress.note(f"resuming {rd.path}: {note}")
 
@@ -327,6 +328,7 @@ class Driver:
         trial_states.tell(self.study, trial.ot, plan.trial_status(results), plan.run_value(spec, results),
                           "; ".join(r.error for r in results if r.error))
         self._closed(trial)
+        self._expect()
         for row in rows:
             self.rd.log(self.progress.update(row))
 
@@ -342,6 +344,18 @@ class Driver:
                     f"(a short run), or the cadences the experiment sets, cost more than the budget; trials.csv has "
                     f"every run's measure_s and train_s (docs/run-directory.md, \"The measurements' budget\"). "
                     f"Said once per search")
+
+    def _expect(self) -> None:
+        """A job source that decides its runs as it goes (no `total`): its expected runs in all, for the display."""
+        expected = getattr(self.source, "expected", None)
+        if expected is None or self.progress.total:
+            return
+        try:
+            got = expected(list(self.records.rows.values()))
+        except Exception:  # noqa: BLE001 - a display's guess must never stop a search
+            return
+        if got:
+            self.progress.expect(*got)
 
     def abandon(self, trial: Trial, error: str = "interrupted", status: str = INTERRUPTED) -> None:
         """Close a trial without records: interrupted (trained again on a rerun) or failed."""

@@ -47,6 +47,11 @@ class Progress:
     def __init__(self, spec, total: int | None, done_before: int = 0, stream=None, live: bool | None = None):
         self.spec = spec
         self.total = total
+        # a search whose runs are decided as results come in (bracket, adaptive seeds): its expected runs in
+        # all, shown as `~N` (`>=N`: a lower bound), with the time left at the rate so far; None: unknown
+        self.expected: int | None = None
+        self.expected_mark = "~"
+        self.expected_why = ""
         self.counts = {s: 0 for s in metrics.STATUSES}
         self.best: tuple[float, str] | None = None
         self.t0 = time.perf_counter()
@@ -72,6 +77,12 @@ class Progress:
     def add_existing(self, row: dict) -> None:
         self.counts[row["status"]] = self.counts.get(row["status"], 0) + 1
         self._best(row)
+
+    def expect(self, n: int | None, mark: str = "~", why: str = "") -> None:
+        """The expected runs in all of a search that decides its runs as it goes (`total` unknown): `mark`
+        "~" (an estimate) or ">=" (at least), `why` said once in the line when the time left is a guess."""
+        self.expected, self.expected_mark, self.expected_why = n, mark, why
+        self._refresh()
 
     def note(self, message: str) -> None:
         """A message for the user (resume, interruption): on the terminal, above the live display."""
@@ -114,13 +125,23 @@ class Progress:
         done = sum(self.counts.values())
         elapsed = time.perf_counter() - self.t0
         left = ""
+        shown: object = self.total or "?"
         if self.total and self.done_now:
             rate = elapsed / self.done_now
             left = f", ~{duration(rate * max(0, self.total - done), clock=True)} left"
+        elif not self.total and self.expected:
+            n = max(self.expected, done + len(self.running))  # never fewer than what is done or training
+            shown = f"{self.expected_mark}{n}"
+            if self.done_now:
+                rate = elapsed / self.done_now
+                more = " or more" if self.expected_mark == ">=" else ""
+                left = f", ~{duration(rate * max(0, n - done), clock=True)}{more} left"
+                if self.expected_why:
+                    left += f" ({self.expected_why})"
         best = (f"best single run {self.spec.search.objective} {self.best[0]:.4g} ({self.best[1]})" if self.best
                 else "best single run: none yet")  # one seed; the leaderboard ranks seed means
         c = self.counts
-        return (f"[{done}/{self.total or '?'}] complete {c['complete']}  pruned {c['pruned']}  diverged {c['diverged']}  "
+        return (f"[{done}/{shown}] complete {c['complete']}  pruned {c['pruned']}  diverged {c['diverged']}  "
                 f"failed {c['failed']} | {best} | {duration(elapsed, clock=True)} elapsed{left}")
 
     def _render(self):

@@ -179,6 +179,18 @@ class TransferSource:
         # runs in all; with inner bracket decided as results come in (unknown)
         self.total = None if self.bracket else self.target * len(self.points) * len(spec.seeds)
 
+    def expected(self, records: Sequence[dict]) -> tuple[int, str, str] | None:
+        """inner: bracket: (runs expected in all, "~", why) for the progress display: each outer trial's sweeps
+        (one per size) at `bracket.points_range`'s expected count; None with an inner grid (`total` is known)."""
+        if not self.bracket:
+            return None
+        from nas_stab.search.bracket import points_range
+
+        b = self.spec.search.bracket
+        per = sum(points_range(start, float(b.step_octaves), float(b.resolution_octaves), tuple(b.lr_limits))[1]
+                  for _, start in inner_sweeps(self.spec, {}))
+        return self.target * per * len(self.spec.seeds), "~", "estimated: each size's sweep adds lrs as it goes"
+
     # ------------------------------------------------------------ the job source interface
 
     def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
