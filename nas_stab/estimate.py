@@ -402,10 +402,10 @@ def shortened(spec, total: int, ms_step: float, budget_s: float = RUN_BUDGET_S):
     short = max(1, min(total - 1, int(budget_s * 1000 / max(ms_step, 1e-6))))
     ev, sn = cadences(spec, total)
 
-    def events(n: int) -> int:
-        return 3 + (n - 1) // ev + ((n - 1) // sn if sn else 0)
+    def events(n: int) -> int:  # ev or sn 0: none during training (stability.budget chose none)
+        return 3 + ((n - 1) // ev if ev else 0) + ((n - 1) // sn if sn else 0)
 
-    t = dataclasses.replace(spec.train, steps=short, epochs=None, eval_every=ev)
+    t = dataclasses.replace(spec.train, steps=short, epochs=None, eval_every=ev or short + 1)
     st = dataclasses.replace(spec.stability, every=sn)
     return dataclasses.replace(spec, train=t, stability=st), events(total) / events(short)
 

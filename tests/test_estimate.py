@@ -152,8 +152,19 @@ def test_grid_estimate_counts_overheads(monkeypatch):
 
 def test_a_long_run_is_timed_shortened_with_its_cadence():
     spec = loads_spec(TINY.replace("steps: 20", "steps: 100000").replace("space:\n  model.branches: [1, 2]\n  train.lr: [0.01, 0.05]\n", ""))
+    from nas_stab.training.loop import cadences
+
     short, factor = estimate.shortened(spec, 100000, ms_step=1.0, budget_s=1.5)
-    assert short.train.steps == 1500 and short.stability.every == 10 and short.train.eval_every == 10000
+    # the spec's snapshots every 10 steps take stability.budget's whole share: no validation during training
+    # (ev 0), so the shortened run has none either
+    ev, sn = cadences(spec, 100000)
+    assert (ev, sn) == (0, 10)
+    assert short.train.steps == 1500 and short.stability.every == 10 and short.train.eval_every == 1501
+    assert factor == pytest.approx((3 + 99999 // 10) / (3 + 1499 // 10))
+    spec = loads_spec(TINY.replace("steps: 20", "steps: 100000, eval_every: 10000").replace(
+        "space:\n  model.branches: [1, 2]\n  train.lr: [0.01, 0.05]\n", ""))
+    short, factor = estimate.shortened(spec, 100000, ms_step=1.0, budget_s=1.5)  # a cadence the experiment sets
+    assert short.train.eval_every == 10000
     assert factor == pytest.approx((3 + 99999 // 10000 + 99999 // 10) / (3 + 1499 // 10000 + 1499 // 10))
     same, one = estimate.shortened(spec, 1000, ms_step=1.0, budget_s=1.5)
     assert same is spec and one == 1.0
