@@ -135,11 +135,14 @@ def test_mistakes_in_every_phase_are_reported_in_one_run(tmp_path):
                    "model: {arch: mlp_resnet, depht: 2, width: 16, aggregation: stamm, tau: '1/sqrtt(L)'}\n"
                    "train: {lr: 0.05, steps: -5, momentum: lots}\n"
                    "search: {objective: val_accc, sampler: grid}\n"
-                   "space: {model.branches: [1, 2], train.lr: [0.01, 0.1, 1.0]}\n")
+                   "space: {model.branches: [1, 2, 0], train.lr: [0.01, 0.1, 1.0]}\n")
     with pytest.raises(SpecErrors) as e:
         load_spec(bad)
     text = "\n".join(e.value.lines())
     for needle in ("model.depht: unknown key; did you mean 'depth'", "train.momentum: must be a number",
                    "train.steps: must be >= 1", "model.tau: tau must be", "did you mean 'stam'", "search.objective: unknown metric 'val_accc'"):
         assert needle in text, (needle, text)
-    assert "space.model.branches" not in text  # the base's own problems, not one per point
+    # the base's own problems are not repeated per point, and a wrong searched value shows beside them (it came
+    # only once the base was fixed)
+    assert text.count("space.model.branches") == 1 and "model.branches: must be >= 1" in text, text
+    assert "model.aggregation" not in text.split("space.model.branches", 1)[1].split("\n")[0], text

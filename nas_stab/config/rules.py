@@ -461,21 +461,44 @@ def _check_space_values(spec, ctx: Ctx) -> None:
             points += [{d.key: v} for v in vals]
     if brackets(spec):  # the learning rates bracket may add
         points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
-    try:  # a problem of the base configuration itself is reported by its own key, not once per searched point
-        resolve(spec, {d.key: base(d.key) for d in spec.space})
-        base_problem = None
-    except SpecError as e:
-        base_problem = (e.key, e.message)
+    # a problem of the base configuration itself is reported by its own key, not once per searched point; the
+    # searched values are then checked on the base with each such key removed (at its default), so that a wrong
+    # searched value shows in the same report rather than once the base is fixed
+    import copy
+    import dataclasses
+
+    base_problems: set = set()
+    repaired = spec
+    for _ in range(20):
+        try:
+            resolve(repaired, {d.key: base(d.key) for d in spec.space})
+            break
+        except SpecError as err:
+            errs = err.errors if isinstance(err, SpecErrors) else [err]
+            base_problems |= {(e.key, e.message) for e in errs}
+            raw = copy.deepcopy(repaired.raw)
+            if not all(e.key and _pop_path(raw, e.key.split(".")) for e in errs):
+                break
+            repaired = dataclasses.replace(repaired, raw=raw)
     for params in points:
         try:
-            resolve(spec, params)
-        except SpecError as e:
-            if (e.key, e.message) == base_problem:
+            resolve(repaired, params)
+        except SpecError as err:
+            new = [e for e in (err.errors if isinstance(err, SpecErrors) else [err]) if (e.key, e.message) not in base_problems]
+            if not new:
                 continue
+            e = new[0]
             culprit = next((k for k in params if e.key and (e.key == k or e.key.startswith(k + "."))), None)
             culprit = culprit or next(iter(params))
             combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
             raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {e.key + ': ' if e.key else ''}{e.message}") from None
+
+
+def _pop_path(data, parts: list) -> bool:
+    """Remove a dotted key from nested mappings; whether it was there."""
+    for p in parts[:-1]:
+        data = data.get(p) if isinstance(data, dict) else None
+    return isinstance(data, dict) and data.pop(parts[-1], None) is not None
 
 
 # ---------------------------------------------------------------- values that would only fail at run time
