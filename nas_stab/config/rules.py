@@ -7,6 +7,8 @@ that does not work yet fails here with "not supported yet", never silently.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 from nas_stab import metrics
@@ -464,9 +466,6 @@ def _check_space_values(spec, ctx: Ctx) -> None:
     # a problem of the base configuration itself is reported by its own key, not once per searched point; the
     # searched values are then checked on the base with each such key removed (at its default), so that a wrong
     # searched value shows in the same report rather than once the base is fixed
-    import copy
-    import dataclasses
-
     base_problems: set = set()
     repaired = spec
     for _ in range(20):

@@ -54,10 +54,6 @@ class Plan:
     cells: pd.DataFrame
     notes: dict
 
-    @property
-    def empty(self) -> bool:
-        return self.cells.empty
-
 
 def _outlook(row: dict, criterion: str, tolerance: float, n: int, n_max: int) -> tuple[int | None, str]:
     """(the seed count at which the row's predicted interval first clears its bound, or None; why)."""

@@ -49,8 +49,7 @@ class AdaptiveSeeds:
             self._grid = plan.grid_jobs(spec)
             self._index.update((j.key, j) for j in self._grid)
             self._stage0 = self._grid_stage
-        self._plans: dict[tuple, list[Job]] = {}
-        self._told: set[tuple] = set()
+        self._plans: dict[tuple, list[Job]] = {}  # one plan (and one log of it) per stage's runs
         self.notes: dict = {}  # the latest plan's word on each open row (label -> text)
 
     # ------------------------------------------------------------ the interface
@@ -80,7 +79,7 @@ class AdaptiveSeeds:
         """The runs of the current stage not yet recorded ([] never: a stage with none is over), or None: done."""
         known: dict[str, dict] = {}
         for _ in range(_MAX_STAGES):
-            todo = self._stage0(known, recs)
+            todo = self._stage0(known)
             if todo is None:
                 todo = self._batch(known)
                 if not todo:
@@ -91,11 +90,11 @@ class AdaptiveSeeds:
             known.update((j.key, recs[j.key]) for j in todo)
         raise RuntimeError("adaptive seeds: the replay did not end")  # every stage adds runs, so it cannot happen
 
-    def _grid_stage(self, known: dict, recs: dict) -> list[Job] | None:
+    def _grid_stage(self, known: dict) -> list[Job] | None:
         todo = [j for j in self._grid if j.key not in known]
         return todo or None
 
-    def _bracket_stage(self, known: dict, recs: dict) -> list[Job] | None:
+    def _bracket_stage(self, known: dict) -> list[Job] | None:
         got = self.inner.pending(list(known.values()), ())
         if got is not None:
             self._index.update((j.key, j) for j in got)
@@ -106,14 +105,14 @@ class AdaptiveSeeds:
         memo = tuple(sorted((k, str(r.get("status")), str(r.get(self._metric))) for k, r in known.items()))
         got = self._plans.get(memo)
         if got is None:
-            got = self._plans[memo] = self._plan(known, memo)
+            got = self._plans[memo] = self._plan(known)
         return got
 
     @property
     def _metric(self) -> str:
         return self.spec.leaderboard.metric or self.spec.search.objective
 
-    def _plan(self, known: dict, memo: tuple) -> list[Job]:
+    def _plan(self, known: dict) -> list[Job]:
         from nas_stab.results.more_seeds import plan
 
         if not known:
@@ -133,8 +132,7 @@ class AdaptiveSeeds:
             for _, first in sorted(firsts.items()):
                 jobs += [self._reseed(first, s) for s in seeds[:c["target"]]]
         jobs = list({j.key: j for j in jobs if j.key not in known}.values())
-        if self.log is not None and memo not in self._told:
-            self._told.add(memo)
+        if self.log is not None:
             for label, note in p.notes.items():
                 self.log(f"adaptive seeds: {label}: {note}")
         return jobs
