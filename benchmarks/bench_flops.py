@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from nas_stab.config import loads_spec
 from nas_stab.models import build_model
 from nas_stab.models.layers import Layer
-from nas_stab.config import loads_spec
 from nas_stab.tasks import load_task
 from nas_stab.training import train_run
 from nas_stab.training.malloc import keep_freed_memory

@@ -32,8 +32,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from nas_stab.models import build_model
 from nas_stab.config import loads_spec
+from nas_stab.models import build_model
 from nas_stab.tasks import load_task
 from nas_stab.training import train_run
 

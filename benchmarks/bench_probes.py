@@ -37,8 +37,8 @@ import time
 
 import torch
 
-from nas_stab.models import build_model
 from nas_stab.config import loads_spec
+from nas_stab.models import build_model
 from nas_stab.stability import probes
 from nas_stab.tasks import load_task
 from nas_stab.training.loop import train_run

@@ -20,7 +20,6 @@ muP's criterion: both slopes 0 (activations and their updates neither blow up no
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -107,7 +106,7 @@ def main(argv=None) -> int:
     Cs = [int(c) for c in a.branches.split(",")]
     print(f"MLP ResNet width {a.width}, {a.depth} blocks, MNIST-1D, Adam lr {a.lr}, {a.steps} steps, {a.seeds} seeds; "
           "RMS of the scaled branch sum alpha * sum_k f_k(x), mean over blocks")
-    print(f"| form | alpha | " + " | ".join(f"C={c} init / update" for c in Cs) + " | init slope (90%) | update slope (90%) |")
+    print("| form | alpha | " + " | ".join(f"C={c} init / update" for c in Cs) + " | init slope (90%) | update slope (90%) |")
     print("|---|---|" + "---|" * len(Cs) + "---|---|")
     for form in FORMS:
         res = np.array([[measure(form, C, s, width=a.width, depth=a.depth, lr=a.lr, steps=a.steps) for C in Cs]

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from nas_stab.models import build_model
 from nas_stab.config import loads_spec
+from nas_stab.models import build_model
 from nas_stab.tasks import load_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,7 +40,6 @@ from nas_stab.results import formats as F  # noqa: E402
 from nas_stab.results import plots as P  # noqa: E402
 from nas_stab.results.leaderboard import PLOTS, atomic_write, load_analysis  # noqa: E402
 
-
 _COMMIT: list[str] = []
 
 

@@ -149,8 +149,8 @@ def _load(args, *, probe: bool = False):
 def cmd_validate(args) -> int:
     import yaml
 
-    from nas_stab.search.plan import base_lookup
     from nas_stab.config.display import applicable_plain
+    from nas_stab.search.plan import base_lookup
 
     spec = _load(args)
     plain = applicable_plain(spec)
@@ -218,9 +218,8 @@ def cmd_run(args) -> int:
 
 def _run(args, setup_done) -> int:
     from nas_stab.data import reuse_loaded
-    from nas_stab.results.rundir import RunDir
-
     from nas_stab.errors import SpecError
+    from nas_stab.results.rundir import RunDir
 
     if args.trials is not None and not 1 <= args.trials <= 10_000_000:
         raise SpecError(f"must be a count from 1 to 10000000, got {args.trials}", key="--trials")
@@ -355,10 +354,10 @@ def cmd_status(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from nas_stab.config import schema
     from nas_stab.data import DATASETS
     from nas_stab.models import ARCHS
     from nas_stab.search.optuna_study import PRUNERS, SAMPLERS
-    from nas_stab.config import schema
 
     def section(title, reg):
         print(f"{title}:")
@@ -386,10 +385,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
+    from nas_stab.results.reader import read_run
     from nas_stab.results.rundir import RunDir
     from nas_stab.results.tensorboard import rebuild
-
-    from nas_stab.results.reader import read_run
 
     run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
     with RunDir.lock(run.path):  # no driver writes it meanwhile

@@ -306,8 +306,8 @@ def _transfer_configs(spec) -> list[tuple[object, int]]:
 
 def _configs(spec) -> list[tuple[object, int]]:
     """The distinct configurations that cost differently (model, batch, steps), with their run counts."""
-    from nas_stab.search.plan import base_lookup
     from nas_stab.config import resolve
+    from nas_stab.search.plan import base_lookup
 
     if spec.search.sampler not in PLANNED or not spec.space.dims:
         return [(spec, len(spec.seeds))]

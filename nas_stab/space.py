@@ -15,8 +15,9 @@ from the trial's parameters.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from nas_stab.errors import SpecError
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -45,9 +44,9 @@ def rows(run_dir) -> list[dict]:
 
 def run_ray_text(text: str, out: Path, **kw):
     """Load `text`, run it with the Ray runner into `out`; (spec, run dir, counts)."""
+    from nas_stab.config import loads_spec
     from nas_stab.results.rundir import RunDir
     from nas_stab.search.ray_runner import run_ray
-    from nas_stab.config import loads_spec
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:
@@ -64,9 +63,9 @@ def without_timing(rs):
 
 def run_local_text(text, out):
     """Load `text`, run it with the local runner into `out`; the run directory."""
+    from nas_stab.config import loads_spec
     from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
-    from nas_stab.config import loads_spec
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:

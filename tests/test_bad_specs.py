@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nas_stab.cli import main
-from nas_stab.errors import SpecError
 from nas_stab.config import loads_spec
+from nas_stab.errors import SpecError
 
 CORPUS = sorted((Path(__file__).parent / "bad_specs").glob("*.yaml"))
 

@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from conftest import ROOT, TINY, run_cli
+from conftest import TINY, run_cli
 
 
 def test_help_imports_neither_ray_nor_torch():
@@ -29,8 +29,8 @@ def test_validate_prints_resolved_config_trials_and_cost(tiny_yaml):
 def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurrency(tiny_yaml):
     import os
 
-    from nas_stab.estimate import run_threads
     from nas_stab.config import loads_spec
+    from nas_stab.estimate import run_threads
 
     base = TINY.replace("train: {lr: 0.05", "runner: {concurrency: 2}\ntrain: {lr: 0.05")
     spec = loads_spec(base)

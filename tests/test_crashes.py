@@ -11,7 +11,6 @@ import time
 
 import optuna
 import pytest
-
 from conftest import TINY, run_cli
 
 TIMING = {"wall_s", "train_s", "measure_s", "optuna_trial"}

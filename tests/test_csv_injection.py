@@ -6,7 +6,6 @@ import csv
 import io
 
 import pandas as pd
-
 from conftest_ray import spec_text
 
 from nas_stab.results.csvsafe import TRIGGERS, escape_cell, unescape_cell

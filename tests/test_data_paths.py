@@ -4,7 +4,6 @@ import os
 
 import pytest
 import yaml
-
 from conftest import SHARED, run_cli
 
 MNIST = """\

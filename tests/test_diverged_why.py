@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from nas_stab.metrics import DIVERGED_WHY
 from nas_stab.config import loads_spec
+from nas_stab.metrics import DIVERGED_WHY
 from nas_stab.stability import DivergenceRule, diverged_why
 from nas_stab.training.loop import SpikeCounter, train_run
 

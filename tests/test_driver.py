@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
 
 DATA = Path(__file__).parent / "data" / "driver"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from conftest import TINY
+
 from nas_stab import estimate
 from nas_stab.config import loads_spec
 from nas_stab.estimate import Costs, Timed, search_shape, speedup, wall_model

@@ -1,9 +1,9 @@
 """`extends:`: an experiment file that starts from another one."""
 import pytest
-
 from conftest import run_cli
-from nas_stab.errors import SpecError
+
 from nas_stab.config import load_spec, spec_hash
+from nas_stab.errors import SpecError
 
 BASE = """\
 name: base

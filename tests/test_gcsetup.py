@@ -5,8 +5,8 @@ import sys
 import weakref
 
 import pytest
-
 from conftest import ROOT, TINY
+
 from nas_stab import gcsetup
 
 

@@ -6,10 +6,10 @@ import fnmatch
 import hashlib
 import html
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 pytest.importorskip("pandas")
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from nas_stab.config import load_spec, loads_spec, resolve
 from nas_stab.data import reuse_loaded
 from nas_stab.data.tensors import TensorData, unit_norm
 from nas_stab.errors import SpecError
 from nas_stab.models import build_model
-from nas_stab.config import load_spec, loads_spec, resolve
 from nas_stab.tasks import load_task
 from nas_stab.training.loop import seed_everything
 

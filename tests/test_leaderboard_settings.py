@@ -112,9 +112,9 @@ def _old_spec_hash(spec) -> str:
 def test_run_dir_made_before_this_change_still_opens(tmp_path):
     """A spec.yaml written by the earlier code: no leaderboard.tolerance_octaves, the hash of the earlier
     algorithm. Reopening it with the same experiment (now validated with the new rules) resumes it."""
+    from nas_stab.config import loads_spec
     from nas_stab.results.leaderboard import build_leaderboard
     from nas_stab.results.rundir import RunDir
-    from nas_stab.config import loads_spec
 
     spec = loads_spec(SPEC)
     run = tmp_path / "runs" / "lbset"
@@ -150,8 +150,8 @@ def test_warnings_for_few_seeds_and_a_coarse_grid(tmp_path, capsys):
 def test_status_opens_a_run_made_before_the_lr_rule(tmp_path):
     """A run directory whose stored spec searches 2 lrs with a transfer axis (valid before the >= 3 lrs
     rule) still opens for `status` and `leaderboard`; only a new run of such a file is refused."""
-    from nas_stab.results.rundir import RunDir
     from nas_stab.config import load_run_spec, loads_spec
+    from nas_stab.results.rundir import RunDir
 
     old = SPEC.replace("[0.01, 0.03, 0.1]", "[0.01, 0.03]")
     spec = loads_spec(SPEC)

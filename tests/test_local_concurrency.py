@@ -15,7 +15,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from conftest import TINY, run_cli
 from conftest_ray import rows, run_local_text, spec_text, study_of, without_timing
 
@@ -110,9 +109,9 @@ def test_pruner_prunes_at_concurrency_2(tmp_path):
 
 
 def test_a_worker_that_dies_mid_run_fails_that_run_only():
+    from nas_stab.config import loads_spec
     from nas_stab.search import plan
     from nas_stab.search.local_pool import WorkerPool
-    from nas_stab.config import loads_spec
 
     spec = loads_spec(spec_text(train={"threads": 1, "eval_every": 5}, space={"train.steps": [2000, 20]},
                                 runner={"max_failures": 0}))  # no retry (see test_a_dead_workers_run_is_retried)

@@ -8,13 +8,13 @@ import time
 
 import optuna
 import pytest
-
 from conftest import TINY, run_cli
+
+from nas_stab.config import loads_spec
 from nas_stab.errors import RunError
 from nas_stab.metrics import TASK_METRICS, stability_metrics
 from nas_stab.results.rundir import RunDir
 from nas_stab.search.local import run_local
-from nas_stab.config import loads_spec
 
 
 def rows(run_dir):
@@ -165,7 +165,6 @@ def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
 
 def test_second_driver_refuses(tmp_path):
     spec = loads_spec(TINY)
-    with RunDir.open(tmp_path, spec):
-        with pytest.raises(RunError) as e:
-            RunDir.open(tmp_path, spec)
+    with RunDir.open(tmp_path, spec), pytest.raises(RunError) as e:
+        RunDir.open(tmp_path, spec)
     assert "in use" in str(e.value)

@@ -7,7 +7,6 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_cli
 
 SPEC = """\

@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nas_stab.config import loads_spec
+from nas_stab.config.schema import ModelConfig
 from nas_stab.data import DataInfo
 from nas_stab.errors import SpecError
 from nas_stab.models import ARCHS, build_model
 from nas_stab.models.branches import MultiBranch
-from nas_stab.config import loads_spec
-from nas_stab.config.schema import ModelConfig
 
 INFO = DataInfo("synthetic", (3, 8, 8), 5)
 DATASET = "{name: synthetic, shape: [3, 8, 8], classes: 5}"

@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nas_stab.config import loads_spec
 from nas_stab.data import DataInfo
 from nas_stab.models import build_model
 from nas_stab.models.base import deepnorm_constants
 from nas_stab.models.path import chains, load_weight_space
 from nas_stab.models.skip import Skip
-from nas_stab.config import loads_spec
 
 IMG = DataInfo("synthetic", (3, 8, 8), 10)
 

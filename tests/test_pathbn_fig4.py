@@ -90,9 +90,10 @@ def test_three_stage_plainnet_is_unchanged_bit_for_bit(monkeypatch, knobs):
         m.train()
     assert torch.equal(new(x), old(x)) and torch.equal(explicit(x), old(x))
     # and the spec hash of an experiment that does not set stages is the one it had before
-    from nas_stab.config import spec_hash, to_plain
     import hashlib
     import json
+
+    from nas_stab.config import spec_hash, to_plain
 
     s = spec_of(f"arch: plainnet, depth: 7, width: 4, {knobs}")
     plain = to_plain(s)

@@ -2,10 +2,10 @@
 import csv
 
 import pytest
-
 from conftest import run_cli
-from nas_stab.errors import SpecError
+
 from nas_stab.config import loads_spec
+from nas_stab.errors import SpecError
 from nas_stab.stability.probe_cmd import probe_points, run_probe
 
 PROBE = """\

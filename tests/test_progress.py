@@ -2,11 +2,12 @@
 import io
 
 from conftest import TINY
+
+from nas_stab.config import loads_spec
 from nas_stab.results.rundir import RunDir
 from nas_stab.results.status import status_text
 from nas_stab.search.local import run_local
 from nas_stab.search.progress import Progress, describe
-from nas_stab.config import loads_spec
 
 
 def test_plain_lines_name_the_configuration_and_count():
@@ -75,7 +76,6 @@ def test_sigterm_is_handled_like_ctrl_c_and_the_rerun_says_it_resumes(tmp_path):
     import sys
 
     import optuna
-
     from conftest import run_cli
 
     spec_path = tmp_path / "tiny.yaml"

@@ -12,7 +12,6 @@ and the run directory stay in the test process (the client):
   failed", seen once in CI), the runner connects again, and says so when it gives up.
 """
 import pytest
-
 from conftest import TINY, run_cli
 from conftest_ray import (  # noqa: F401 (fixture)
     client_head,
@@ -108,8 +107,8 @@ def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
     """Three failed driver starts: a RunError naming the head's log and the gRPC fix, nothing else tried."""
     import nas_stab.search.ray_loopback as loopback
     import nas_stab.search.ray_runner as ray_runner
-    from nas_stab.errors import RunError
     from nas_stab.config import loads_spec
+    from nas_stab.errors import RunError
 
     calls = []
 
@@ -122,9 +121,8 @@ def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(ray_runner, "CLIENT_BACKOFF_S", 0.0)
     spec = loads_spec(spec_text(TINY, runner={"kind": "ray", "address": "ray://127.0.0.1:1"}))
     logs = []
-    with pytest.raises(RunError) as e:
-        with ray_runner.ray_session(spec.runner, log=logs.append):
-            pass
+    with pytest.raises(RunError) as e, ray_runner.ray_session(spec.runner, log=logs.append):
+        pass
     assert len(calls) == 3 and len(logs) == 2
     msg = str(e.value)
     assert "could not start a driver process for it (3 attempts)" in msg

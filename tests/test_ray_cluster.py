@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 from conftest_ray import (  # noqa: F401 (fixture)
     ray_two_nodes,

@@ -32,7 +32,7 @@ class _Stop(Exception):
 def test_tested_range_is_pyprojects_pin_and_the_installed_ray():
     pin = re.search(r'"ray\[[^\]]*\]>=([\d.]+),<([\d.]+)"', (ROOT / "pyproject.toml").read_text())
     assert pin, "pyproject.toml pins ray as ray[...]>=A,<B"
-    assert _ray_compat.TESTED == pin.groups()
+    assert pin.groups() == _ray_compat.TESTED
     assert _ray_compat.untested_version() is None, "the installed Ray is the one the workarounds were verified on"
     assert ray.__version__.startswith(_ray_compat.VERIFIED_ON.rsplit(".", 1)[0])
 

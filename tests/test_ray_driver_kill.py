@@ -6,7 +6,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import TINY
 from conftest_ray import rows, spec_text, study_of
 

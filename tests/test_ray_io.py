@@ -5,7 +5,6 @@ import os
 import sys
 
 import pytest
-
 from conftest import TINY
 from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
 
@@ -105,9 +104,9 @@ def _fake_tune(finish: int, *, interrupt: bool):
 def test_trials_csv_sorted_after_an_interrupted_run_and_after_its_rerun(tmp_path, monkeypatch):
     """No Ray: run_ray's bookkeeping around Tune. An interrupted run still leaves (trial, seed) order;
     a rerun appends the missing rows, none twice, and a file left in finish order by a kill is sorted."""
+    from nas_stab.config import loads_spec
     from nas_stab.results.rundir import RunDir, trials_csv
     from nas_stab.search import ray_runner
-    from nas_stab.config import loads_spec
 
     text = spec_text(space={"train.lr": [0.01, 0.02, 0.03, 0.04, 0.05]}, runner={"kind": "ray"})
     spec = loads_spec(text)
@@ -195,8 +194,8 @@ def test_a_worker_process_loads_the_data_once_for_its_trials(ray_local, tmp_path
 def test_reuse_data_keeps_one_block_per_experiment(monkeypatch):
     """ray_trial.reuse_data without Ray: same experiment, same data object; another experiment reads again."""
     from nas_stab import data
-    from nas_stab.search import ray_trial
     from nas_stab.config import loads_spec
+    from nas_stab.search import ray_trial
 
     spec = loads_spec("name: x\ntask: {dataset: {name: digits}}\nmodel: {arch: mlp}")
     calls = []

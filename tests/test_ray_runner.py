@@ -1,8 +1,8 @@
 """The Ray runner on a local Ray (2 CPUs): resume, journal and PostgreSQL storages (Ray Client: test_ray_client.py)."""
 import pytest
-
 from conftest import TINY
 from conftest_ray import postgres_url, ray_local, rows, run_ray_text, spec_text, study_of  # noqa: F401 (fixtures)
+
 
 @pytest.mark.slow
 def test_resume_adds_only_missing_runs_journal_storage(ray_local, tmp_path):
@@ -39,8 +39,8 @@ def test_trial_resources_and_import_cost():
     import subprocess
     import sys
 
-    from nas_stab.search.ray_runner import trial_resources
     from nas_stab.config import loads_spec
+    from nas_stab.search.ray_runner import trial_resources
 
     spec = loads_spec(spec_text(TINY, runner={"kind": "ray", "resources": {"gpu": 0.25}}))
     assert trial_resources(spec.runner) == {"cpu": 1.0, "gpu": 0.25}

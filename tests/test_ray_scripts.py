@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY, run_cli
 from conftest_ray import rows, spec_text, study_of
 

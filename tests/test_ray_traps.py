@@ -18,7 +18,6 @@ import math
 import sys
 
 import pytest
-
 from conftest import TINY
 from conftest_ray import ray_local, rows, run_ray_text, spec_text, study_of  # noqa: F401 (fixture)
 

@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import SHARED, TINY, run_cli
+
 from nas_stab.cli import main
-from nas_stab.errors import DataError
 from nas_stab.config import loads_spec
+from nas_stab.errors import DataError
 
 MNIST = """\
 name: m

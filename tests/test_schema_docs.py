@@ -1,12 +1,11 @@
 """The JSON Schema for editors and the generated reference pages stay true to the schema."""
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
-
 from conftest import ROOT, run_cli
+
 from nas_stab.config.json_schema import json_schema
 from nas_stab.config.reference import markdown_reference
 

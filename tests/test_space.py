@@ -4,9 +4,9 @@ import math
 import optuna
 import pytest
 
+from nas_stab.config import loads_spec
 from nas_stab.errors import SpecError
 from nas_stab.search.plan import base_lookup
-from nas_stab.config import loads_spec
 
 BASE = """\
 name: demo

@@ -1,8 +1,8 @@
 """One test per schema rule: every error names file, line and key, never a traceback."""
 import pytest
 
-from nas_stab.errors import SpecError
 from nas_stab.config import get_key, load_spec, loads_spec
+from nas_stab.errors import SpecError
 
 BASE = """\
 name: demo

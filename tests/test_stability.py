@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas_stab.models import build_model
 from nas_stab.config import loads_spec
+from nas_stab.models import build_model
 from nas_stab.stability import DivergenceRule, Prober, explain_nonfinite, probe_mode
 from nas_stab.tasks import load_task
 from nas_stab.training.loop import train_run

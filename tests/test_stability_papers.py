@@ -10,8 +10,8 @@ import statistics
 import pytest
 import torch
 
-from nas_stab.models import build_model
 from nas_stab.config import loads_spec
+from nas_stab.models import build_model
 from nas_stab.stability import Prober, probe_mode
 from nas_stab.tasks import load_task
 from nas_stab.training.optim import build_optimizer

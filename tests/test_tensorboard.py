@@ -2,13 +2,13 @@
 import csv
 
 import pytest
+from conftest import TINY, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import TINY, run_cli
+from nas_stab.config import loads_spec
 from nas_stab.results.rundir import RunDir
 from nas_stab.search.local import run_local
-from nas_stab.config import loads_spec
 
 
 def _run(text, out):

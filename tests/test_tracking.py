@@ -11,8 +11,8 @@ import struct
 
 import pytest
 import yaml
-
 from conftest import TINY, run_cli
+
 from nas_stab.config import config_key, loads_spec, spec_hash
 from nas_stab.errors import SpecError
 from nas_stab.results.leaderboard import build_leaderboard

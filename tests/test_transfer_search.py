@@ -13,7 +13,6 @@ import math
 import re
 
 import pytest
-
 from conftest_ray import rows, spec_text
 
 TRANSFER = """\
@@ -158,7 +157,7 @@ def test_a_stopped_transfer_search_resumes_without_training_twice(tmp_path, monk
 def test_the_exponent_knobs_are_the_papers_forms():
     from nas_stab.config import loads_spec, resolve
     from nas_stab.config.knobs import alpha
-    from nas_stab.models.base import branch_alpha, model_tau, Tau
+    from nas_stab.models.base import Tau, branch_alpha, model_tau
 
     for C in (1, 4, 16):
         assert alpha("sum", C, exponent=0.5) == pytest.approx(alpha("stam", C)) == pytest.approx(C ** -0.5)
@@ -196,9 +195,8 @@ def test_pareto_front_is_the_non_dominated_set():
 
 @pytest.mark.slow
 def test_a_transfer_search_through_the_ray_runner(tmp_path, finished):
-    from conftest_ray import run_ray_text, start_local_ray
-
     import ray
+    from conftest_ray import run_ray_text, start_local_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -689,9 +687,8 @@ def test_population_size_is_in_the_hash_only_when_set_and_a_useless_one_warns():
 def test_a_bracketed_transfer_search_through_the_ray_runner(tmp_path):
     """inner: bracket on Ray (concurrency 2: a second outer trial opens while the first one's round is in
     flight): every outer trial complete, its sweeps ended, its values its own runs' analysis, nothing twice."""
-    from conftest_ray import run_ray_text, start_local_ray
-
     import ray
+    from conftest_ray import run_ray_text, start_local_ray
 
     from nas_stab.config import loads_spec
     from nas_stab.search.transfer_objectives import evaluate

@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 import yaml
 
+from nas_stab.config import loads_spec
 from nas_stab.data import DATASETS, load_dataset
 from nas_stab.data.text import BOS, EOS, PAD, synthetic_pairs, train_tokenizer
 from nas_stab.errors import DataError, SpecError
-from nas_stab.config import loads_spec
 from nas_stab.tasks import load_task
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"

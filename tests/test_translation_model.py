@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nas_stab.config import loads_spec
 from nas_stab.errors import SpecError
 from nas_stab.models.base import deepnorm_constants
 from nas_stab.models.transformer import Transformer
 from nas_stab.models.transformer_decode import beam_search, greedy
-from nas_stab.config import loads_spec
 
 V = 40
 

@@ -9,8 +9,8 @@ import sacrebleu
 import torch
 import yaml
 
-from nas_stab.models import build_model
 from nas_stab.config import loads_spec
+from nas_stab.models import build_model
 from nas_stab.tasks import load_task
 from nas_stab.tasks.translation import bleu
 from nas_stab.training.optim import lr_factor
@@ -117,9 +117,9 @@ def test_learns_synthetic_task_to_bleu_above_97_with_beam():
 
 
 def test_train_run_reports_translation_and_stability_metrics():
-    from nas_stab.training.loop import train_run
-
     import dataclasses
+
+    from nas_stab.training.loop import train_run
 
     spec = tiny_spec(steps=30, size=800)
     spec = dataclasses.replace(spec, stability=dataclasses.replace(spec.stability, every=15, hessian=True, hessian_iters=3),

@@ -7,8 +7,7 @@ import pytest
 from nas_stab.config import loads_spec, spec_hash
 from nas_stab.config.load import with_earlier_defaults
 from nas_stab.results.rundir import RunDir
-from nas_stab.training import train_run
-from nas_stab.training import budget
+from nas_stab.training import budget, train_run
 from nas_stab.training.loop import cadences
 
 BASE = """\

@@ -62,8 +62,8 @@ def test_settings_with_no_effect_are_warnings_not_errors(tmp_path):
 def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_path):
     import yaml
 
-    from nas_stab.results.rundir import RunDir
     from nas_stab.config import load_run_spec, loads_spec
+    from nas_stab.results.rundir import RunDir
 
     text = WARN.replace("optimizer: adam, lr: 0.001, momentum: 0.9,", "optimizer: sgd, lr: 0.1,").replace(
         "model.width: {int: [2, 32], log: true}", "model.width: [4, 8]") + "task: {dataset: {name: digits, vocab_size: 100}}\n"
@@ -81,8 +81,8 @@ def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_pa
 
 
 def test_cost_estimate_times_the_cheapest_and_the_dearest_configuration():
-    from nas_stab.estimate import estimate_cost
     from nas_stab.config import loads_spec
+    from nas_stab.estimate import estimate_cost
 
     spec = loads_spec("""\
 name: cost
@@ -125,9 +125,9 @@ def test_mistakes_in_every_phase_are_reported_in_one_run(tmp_path):
     """Unknown keys, types and ranges (the first phase) and the cross-field rules (tau, aggregation, the
     search, the leaderboard) in one report: they came one fix at a time; an enum-like value gets 'did you
     mean'; a base configuration's problem is not repeated for every searched point."""
-    from nas_stab.config import load_spec
     import pytest
 
+    from nas_stab.config import load_spec
     from nas_stab.errors import SpecErrors
 
     bad = tmp_path / "bad.yaml"

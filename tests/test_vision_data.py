@@ -13,10 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-from nas_stab.data import load_dataset
-from nas_stab.data import vision
-from nas_stab.errors import DataError
 from nas_stab.config import loads_spec
+from nas_stab.data import load_dataset, vision
+from nas_stab.errors import DataError
 
 SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg.tar.gz"
 CLASSES = ("cat", "dog", "emu")

@@ -9,8 +9,6 @@ import csv
 import signal
 
 import optuna
-import pytest
-
 from conftest import run_cli
 from conftest_ray import spec_text
 

@@ -10,11 +10,12 @@ import dataclasses
 import functools
 import math
 import re
+import types
 import typing
 from typing import Any, Literal, Union
 
-from nas_stab.errors import SpecError
 from nas_stab.config.yamlio import Lines, line_of
+from nas_stab.errors import SpecError
 from nas_stab.textfmt import did_you_mean
 
 
@@ -45,7 +46,12 @@ class Ctx:
         return SpecError(message, file=self.files.get(p, self.file), line=line_of(self.lines, path), key=key)
 
 
-@functools.lru_cache(maxsize=None)
+def is_union(tp: Any) -> bool:
+    """`Optional[X]`, `Union[X, Y]` and `X | None` alike (the schema's hints use both spellings)."""
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+@functools.cache
 def _type_hints(cls) -> dict[str, Any]:
     """`typing.get_type_hints`, once per class: it evaluates every string annotation
     on each call, which was 80% of resolving a trial's configuration."""
@@ -62,7 +68,7 @@ def type_name(tp: Any) -> str:
         return "any value"
     if origin is Literal:
         return "one of " + ", ".join(map(repr, typing.get_args(tp)))
-    if origin is Union:
+    if is_union(tp):
         return " or ".join(type_name(a) for a in typing.get_args(tp) if a is not type(None))
     if origin is tuple:
         return f"a list of {type_name(typing.get_args(tp)[0])}"
@@ -103,7 +109,7 @@ def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: dict | None = None
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         return build(tp, value, ctx, path)
-    if origin is Union:
+    if is_union(tp):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             if type(None) in typing.get_args(tp):

@@ -16,11 +16,12 @@ came from, so an error in an inherited value names the base file.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from nas_stab.errors import SpecError
 from nas_stab.config.yamlio import Lines, line_of, load_yaml
+from nas_stab.errors import SpecError
 
 MAX_DEPTH = 16
 Files = dict[tuple, str]

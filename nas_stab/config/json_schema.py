@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from nas_stab.config import schema
-from nas_stab.config.build import MAX_NUMBER, _type_hints, public_fields
+from nas_stab.config.build import MAX_NUMBER, _type_hints, is_union, public_fields
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -133,7 +133,7 @@ def _type_schema(tp: Any) -> dict:
         return {"enum": list(typing.get_args(tp))}
     if origin is tuple:
         return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
-    if origin is Union:
+    if is_union(tp):
         args = typing.get_args(tp)
         opts = [_type_schema(a) for a in args if a is not type(None)]
         if type(None) in args:
@@ -149,7 +149,7 @@ def _field(cls, f: dataclasses.Field, hint: Any, path: tuple[str, ...]) -> dict:
         return dict(_SPECIAL[path])
     if dataclasses.is_dataclass(hint):
         return _object(hint, path)
-    if typing.get_origin(hint) is Union and any(dataclasses.is_dataclass(a) for a in typing.get_args(hint)):
+    if is_union(hint) and any(dataclasses.is_dataclass(a) for a in typing.get_args(hint)):
         obj = _object(next(a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), path)
         return {"anyOf": [obj, {"type": "null"}], **({"description": f.metadata["doc"]} if f.metadata.get("doc") else {})}
     out = _type_schema(hint)

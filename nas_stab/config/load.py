@@ -10,16 +10,17 @@ import copy
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from nas_stab.errors import SpecError, SpecErrors
-from nas_stab.space import Space, parse_space
 from nas_stab.config import schema
 from nas_stab.config.build import Ctx, build, public_fields
-from nas_stab.textfmt import did_you_mean
 from nas_stab.config.compose import compose
 from nas_stab.config.yamlio import load_yaml, read_text
+from nas_stab.errors import SpecError, SpecErrors
+from nas_stab.space import Space, parse_space
+from nas_stab.textfmt import did_you_mean
 
 Spec = schema.Spec
 SEARCHABLE = ("task", "model", "train", "stability")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Union
+from typing import Any
 
 from nas_stab.config import schema
-from nas_stab.config.build import MAX_NUMBER, _type_hints, public_fields, type_name
-from nas_stab.config.json_schema import SECTIONS, _SPECIAL
+from nas_stab.config.build import MAX_NUMBER, _type_hints, is_union, public_fields, type_name
+from nas_stab.config.json_schema import _SPECIAL, SECTIONS
 
 HEADER = """\
 # Experiment file reference
@@ -107,7 +107,7 @@ def _section(cls, path: tuple[str, ...], out: list[str]) -> None:
     for f in public_fields(cls):
         tp = hints[f.name]
         p = path + (f.name,)
-        opt = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] if typing.get_origin(tp) is Union else []
+        opt = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] if is_union(tp) else []
         if dataclasses.is_dataclass(tp) or opt:
             nested.append((opt[0] if opt else tp, p))
             what = "a mapping or null (default: off)" if opt else "a mapping"

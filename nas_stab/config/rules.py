@@ -12,11 +12,11 @@ import dataclasses
 import math
 
 from nas_stab import metrics
-from nas_stab.metrics import parse_epsilon
-from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.config.build import Ctx
-from nas_stab.textfmt import did_you_mean
 from nas_stab.config.knobs import parse_aggregation, parse_tau
+from nas_stab.errors import SpecError, SpecErrors
+from nas_stab.metrics import parse_epsilon
+from nas_stab.textfmt import did_you_mean
 
 GRID_CHECK_LIMIT = 20_000
 # search.bracket's step and resolution at least this (octaves): finer points are indistinguishable from their

@@ -133,6 +133,8 @@ def cache_dir(cfg=None) -> Path:
 
 
 # importing a module registers its datasets
-from nas_stab.data import tabular  # noqa: E402,F401
-from nas_stab.data import text  # noqa: E402,F401
-from nas_stab.data import vision  # noqa: E402,F401
+from nas_stab.data import (
+    tabular,  # noqa: E402,F401
+    text,  # noqa: E402,F401
+    vision,  # noqa: E402,F401
+)

@@ -33,7 +33,7 @@ class TensorData:
     note: str = ""  # how the splits were made, for provenance
     normalize: str = "standard"  # standard | unit (see `prepare`)
 
-    def to(self, device) -> "TensorData":
+    def to(self, device) -> TensorData:
         for k in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test", "mean", "std"):
             v = getattr(self, k)
             if v is not None:

@@ -54,7 +54,7 @@ class Split:
     def __len__(self) -> int:
         return len(self.src_text)
 
-    def to(self, device) -> "Split":
+    def to(self, device) -> Split:
         for k in ("src", "tgt", "src_len", "tgt_len"):
             setattr(self, k, getattr(self, k).to(device))
         return self
@@ -67,7 +67,7 @@ class TextData:
     splits: dict[str, Split] = field(default_factory=dict)
     note: str = ""
 
-    def to(self, device) -> "TextData":
+    def to(self, device) -> TextData:
         for s in self.splits.values():
             s.to(device)
         return self

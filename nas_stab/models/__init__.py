@@ -49,6 +49,10 @@ def build_model(spec, info):
 
 
 # importing a module registers its architectures
-from nas_stab.models import mlp  # noqa: E402,F401
-from nas_stab.models import transformer  # noqa: E402,F401
-from nas_stab.models import plainnet, resnet, resnext  # noqa: E402,F401
+from nas_stab.models import (  # noqa: E402,F401
+    mlp,  # noqa: E402,F401
+    plainnet,
+    resnet,
+    resnext,
+    transformer,  # noqa: E402,F401
+)

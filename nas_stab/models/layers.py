@@ -39,7 +39,7 @@ class Layer(nn.Module):
     """
 
     def __init__(self, cin: int, cout: int, *, C: int = 1, grouped: bool = False, conv: bool = False,
-                 k: int = 1, stride: int = 1, path: bool = False, head: "Layer | None" = None):
+                 k: int = 1, stride: int = 1, path: bool = False, head: Layer | None = None):
         super().__init__()
         self.cin, self.cout, self.C, self.grouped = cin, cout, C, grouped
         self.conv, self.k, self.stride = conv, (k if conv else 1), stride
@@ -58,7 +58,7 @@ class Layer(nn.Module):
             self.register_buffer("diag_index", ((o % cout) % cin) * self.k * self.k + centre, persistent=False)
 
     @property
-    def head(self) -> "Layer | None":
+    def head(self) -> Layer | None:
         return self._head[0]
 
     def fan_out(self) -> int:

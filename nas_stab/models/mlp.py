@@ -37,13 +37,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS, checks
-from nas_stab.models.base import (StableModel, Tau, model_tau, branch_alpha, branch_init_gain, kaiming_normal_, scalar,
-                                  uses_path, uses_scalar_bias)
+from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, kaiming_normal_, model_tau, scalar, uses_path, uses_scalar_bias
 from nas_stab.models.branches import MultiBranch, fixup_classifier_
 from nas_stab.models.residual import ResidualBlock
 from nas_stab.models.skip import Skip
 from nas_stab.models.stack import build_stack
-
 
 NORMED_STREAM = ("xskip_ln", "rskip_ln", "deepnorm")
 

@@ -25,8 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.models import ARCHS, checks
-from nas_stab.models.base import (StableModel, Tau, model_tau, branch_alpha, branch_init_gain, scalar, uses_path,
-                                  uses_scalar_bias)
+from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, model_tau, scalar, uses_path, uses_scalar_bias
 from nas_stab.models.branches import MultiBranch, fixup_classifier_, he_fan_out_
 from nas_stab.models.layers import make_norm
 from nas_stab.models.residual import PadShortcut, ResidualBlock

@@ -60,9 +60,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas_stab.models import ARCHS
-from nas_stab.models.base import StableModel, Tap, Tau, model_tau, branch_alpha, deepnorm_constants, record_init
 from nas_stab.config.schema import ModelConfig
+from nas_stab.models import ARCHS
+from nas_stab.models.base import StableModel, Tap, Tau, branch_alpha, deepnorm_constants, model_tau, record_init
 
 __all__ = ["Transformer", "check_transformer", "ffn_width"]
 
@@ -266,7 +266,7 @@ class DecodeState:
         self.memory, self.mask, self.t = memory, mask, 0
         self.caches = [dict() for _ in range(n_caches)]
 
-    def select(self, idx: torch.Tensor) -> "DecodeState":
+    def select(self, idx: torch.Tensor) -> DecodeState:
         """Keep (and reorder) the rows `idx` of the batch."""
         self.memory = self.memory.index_select(0, idx)
         if self.mask is not None:

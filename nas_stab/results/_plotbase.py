@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 import textwrap
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 

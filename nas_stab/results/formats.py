@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from nas_stab.results.analysis import Analysis
 from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value

@@ -8,18 +8,17 @@ import base64
 import hashlib
 import html
 import math
-from functools import lru_cache
+from collections.abc import Mapping, Sequence
+from functools import cache
 from importlib import resources
-from typing import Mapping, Sequence
 
 from nas_stab.results.analysis import Analysis
-from nas_stab.results.tables import (DEFINITIONS, Provenance, bracketed, cells_table, display_table, settings_items, summary,
-                                     title)
+from nas_stab.results.tables import DEFINITIONS, Provenance, bracketed, cells_table, display_table, settings_items, summary, title
 
 __all__ = ["figure_html", "html_table", "to_html"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _asset(name: str) -> str:
     """A file of ``nas_stab/results/assets`` (package data: installed with the package)."""
     return resources.files("nas_stab.results").joinpath("assets", name).read_text(encoding="utf-8")

@@ -24,20 +24,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.config.schema import LeaderboardConfig, Spec
-from nas_stab.textfmt import duration
 from nas_stab.errors import RunError, SpecError
-from nas_stab.results.rundir import atomic_write, remove_stale_tmp
 from nas_stab.results import formats as _formats
 from nas_stab.results.analysis import Analysis, analyze
-from nas_stab.results.values import fill_base, fmt_value
 from nas_stab.results.reader import Run, read_run
+from nas_stab.results.rundir import atomic_write, remove_stale_tmp
+from nas_stab.results.values import fill_base, fmt_value
+from nas_stab.textfmt import duration
 
 __all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]
 

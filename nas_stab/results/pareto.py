@@ -50,8 +50,8 @@ def pareto_table(a: Analysis, spec) -> pd.DataFrame:
     F = df[objs].to_numpy(dtype=float) * signs  # larger is better in every column
     front = np.ones(len(df), dtype=bool)
     for i in range(len(df)):
-        better_eq = (F >= F[i]).all(axis=1)
-        strictly = (F > F[i]).any(axis=1)
+        better_eq = (F[i] <= F).all(axis=1)
+        strictly = (F[i] < F).any(axis=1)
         if (better_eq & strictly).any():
             front[i] = False
     df["front"] = front

@@ -27,10 +27,11 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
 from nas_stab.errors import RunError, SpecError
@@ -60,7 +61,7 @@ class Run:
     """One run directory, read: ``spec`` typed, ``meta`` as stored, trials and histories on demand."""
 
     path: Path
-    spec: "Spec"
+    spec: Spec
     meta: Mapping[str, Any]
 
     @property
@@ -82,7 +83,7 @@ class Run:
         return node
 
     @cached_property
-    def trials(self) -> "pd.DataFrame":
+    def trials(self) -> pd.DataFrame:
         """trials.csv with pandas' types and the text cells unescaped.
 
         Raises:
@@ -112,12 +113,12 @@ class Run:
         """The records of trials.csv as text (see `read_rows`)."""
         return read_rows(self.path, log)
 
-    def history(self, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":
+    def history(self, run_id: Any, *, nrows: int | None = None) -> pd.DataFrame | None:
         """One trained run's step history (see `history_frame`)."""
         return history_frame(self.path / HISTORY, run_id, nrows=nrows)
 
 
-def check_trials(trials: "pd.DataFrame", spec: "Spec", tpath: Path) -> None:
+def check_trials(trials: pd.DataFrame, spec: Spec, tpath: Path) -> None:
     """trials.csv as the driver writes it, or an error naming the file, the line and the column: the
     columns `seed`, `status` and the searched learning rate and size axis (leaderboard.lr, leaderboard.transfer) present, each status a known one, seeds whole
     numbers, and numbers where numbers belong (the objective, every metric, numeric searched keys).
@@ -274,7 +275,7 @@ def history_path(history_dir: str | Path, run_id: Any) -> Path | None:
     return path
 
 
-def history_frame(history_dir: str | Path, run_id: Any, *, nrows: int | None = None) -> "pd.DataFrame | None":
+def history_frame(history_dir: str | Path, run_id: Any, *, nrows: int | None = None) -> pd.DataFrame | None:
     """One run's history file as a DataFrame (its first `nrows` rows); None when absent or unreadable."""
     import pandas as pd
 

@@ -27,8 +27,9 @@ import platform
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -36,6 +37,7 @@ from nas_stab import __version__, metrics
 from nas_stab.errors import RunError
 from nas_stab.results.csvsafe import escape_cell
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
+
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
 FIXED_HEAD = ["trial", "seed", "status", "objective"]
@@ -221,7 +223,7 @@ class RunDir:
         return earlier if earlier is not None and spec_hash(earlier) == stored else spec
 
     @classmethod
-    def open(cls, out_root: str | Path, spec, *, fresh: bool = False, data_note: str = "") -> "RunDir":
+    def open(cls, out_root: str | Path, spec, *, fresh: bool = False, data_note: str = "") -> RunDir:
         """Create or reopen `out_root/<spec.name>`; refuse a changed spec unless `fresh`.
 
         With `fresh`, an existing directory is moved aside to

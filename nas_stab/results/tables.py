@@ -3,7 +3,8 @@ the one-line summary, and the rows and per-cell tables as (headers, text, sort k
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 

@@ -23,8 +23,9 @@ import math
 import re
 import shutil
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from nas_stab import metrics
 from nas_stab.errors import RunError

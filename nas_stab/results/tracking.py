@@ -49,8 +49,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from nas_stab import metrics
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_history_rows, read_rows

@@ -28,8 +28,8 @@ import os
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import ray
 

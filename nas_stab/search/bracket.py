@@ -50,11 +50,12 @@ Example (what a driver does; `records` are trials.csv row dicts)::
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Sequence
+from typing import Any
 
-from nas_stab.search.plan import Job
 from nas_stab.results.leaderboard import dataset_classes
+from nas_stab.search.plan import Job
 from nas_stab.search.sources import JOB_SOURCES
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index

@@ -84,7 +84,6 @@ A backend is one of two shapes.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Collection, Sequence
 
 from nas_stab import gcsetup
 from nas_stab.search import plan, trial_states

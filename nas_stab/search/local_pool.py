@@ -62,7 +62,7 @@ class WorkerPool:
         self._ctx = _context()
         self._workers: list[_Worker] = [self._start() for _ in range(n)]
 
-    def _start(self) -> "_Worker":
+    def _start(self) -> _Worker:
         here, there = self._ctx.Pipe(duplex=True)
         fault = os.environ.get(FAULT_ENV, "")  # the fork server's environment may be older than ours
         p = self._ctx.Process(target=_worker_main, args=(there, self.spec, self.threads, fault),
@@ -111,7 +111,7 @@ class WorkerPool:
                         done.append(finished)
         return done
 
-    def _serve(self, w: "_Worker"):
+    def _serve(self, w: _Worker):
         """Handle every message waiting on `w`'s pipe; (tag, result, tb) once its run finished."""
         tag, trial = w.busy
         try:

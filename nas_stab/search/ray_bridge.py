@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -48,7 +49,6 @@ from ray.tune.search import Searcher
 
 from nas_stab.search.driver import WAIT
 from nas_stab.search.ray_trial import KIND, decode_result, finite
-
 
 START_RETRIES = 2  # worker failures of a trial before it reported anything that do not spend runner.max_failures
 

@@ -30,8 +30,8 @@ import datetime as _dt
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from nas_stab.errors import Interrupted, RunError
 from nas_stab.search.driver import Driver

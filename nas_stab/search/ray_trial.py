@@ -32,7 +32,8 @@ import json
 import math
 import os
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 KIND = "nas_kind"
 CKPT_FILE = "nas_state.pt"

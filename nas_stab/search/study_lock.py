@@ -55,7 +55,7 @@ class StudyLock:
     def _held(self):
         return self.study.user_attrs.get(ATTR)
 
-    def acquire(self) -> "StudyLock":
+    def acquire(self) -> StudyLock:
         """Take the study, or refuse (RunError) while another live driver holds it."""
         held = self._held()
         if _alive(held, time.time()):

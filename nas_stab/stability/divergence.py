@@ -12,7 +12,7 @@ non-finite loss (nan) at step 42``. See `explain_nonfinite`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 # (quantity, its value, step offset relative to the step that detected it)
 Explanation = tuple[str, float, int]
@@ -44,7 +44,7 @@ class DivergenceRule:
         return None if self.initial is None else self.loss_factor * max(self.initial, 1e-12)
 
     def check(self, loss: float, step: int, what: str = "loss",
-              explain: Optional[Callable[[], Optional[Explanation]]] = None) -> bool:
+              explain: Callable[[], Explanation | None] | None = None) -> bool:
         """Record `loss` at `step`; True (and remember why) if the run diverged.
 
         `explain`, called only when the value is non-finite, finds the first
@@ -62,7 +62,7 @@ class DivergenceRule:
         return False
 
     def check_finite(self, value: float, step: int, what: str,
-                     explain: Optional[Callable[[], Optional[Explanation]]] = None) -> bool:
+                     explain: Callable[[], Explanation | None] | None = None) -> bool:
         """Trip on a non-finite value of any other quantity (gradient norm, metric)."""
         if self.reason is None and not math.isfinite(value):
             return self.trip(step, self._nonfinite_reason(what, value, step, explain))
@@ -97,7 +97,7 @@ def _fmt(v: float) -> str:
     return str(v) if not math.isfinite(v) else f"{v:.4g}"
 
 
-def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Optional[Explanation]:
+def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Explanation | None:
     """The first non-finite quantity behind a non-finite training loss.
 
     Called when the loss of step s is non-finite, before that step's backward

@@ -68,7 +68,7 @@ def provenance_text(spec, seeds: list, steps: int, started, seconds: float, n_ro
         f"spec: {spec.name} (hash {spec_hash(spec)})",
         f"description: {spec.description}" if getattr(spec, "description", None) else None,
         f"seeds: {', '.join(map(str, seeds))}",
-        f"probe: at init" + (f" and after {steps} optimizer step(s) on the probe batch" if steps else "")
+        "probe: at init" + (f" and after {steps} optimizer step(s) on the probe batch" if steps else "")
         + f", probe batch {spec.stability.probe_batch} examples",
         f"nas_stab: {nas_stab.__version__} (commit {git_commit()})",
         f"torch: {torch.__version__}",

@@ -16,8 +16,10 @@ from nas_stab.registry import Registry
 
 TASKS = Registry("task")
 
-from nas_stab.tasks import classification  # noqa: E402,F401
-from nas_stab.tasks import translation  # noqa: E402,F401
+from nas_stab.tasks import (
+    classification,  # noqa: E402,F401
+    translation,  # noqa: E402,F401
+)
 
 
 def load_task(spec, seed: int, device):

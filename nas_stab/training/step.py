@@ -7,8 +7,8 @@ the gradients, clipping to `train.grad_clip` with a check of the gradient norm
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
