@@ -1,6 +1,6 @@
 """The verdict's calibration table: P(yes), P(no) and interval coverage per curve family, true drift and criterion.
 
-Simulated learning-rate sweeps with a known answer (``nas_stab/results/calibration.py``: symmetric and
+Simulated learning-rate sweeps with a known answer (``nas_stab/analysis/calibration.py``: symmetric and
 asymmetric peaks, divergence cliffs, an optimum at a cliff's edge, an accuracy ceiling, a quartic top, a
 plateau, heteroscedastic and heavy-tailed noise, random divergences, missing runs, merged run directories)
 go through ``analyze``, the code that builds every leaderboard. True drifts 0, 0.5T, T, 1.5T, 2T and 3T
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nas_stab.results.calibration import FAMILIES, Setting, evaluate
+from nas_stab.analysis.calibration import FAMILIES, Setting, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- calibration table: begin -->", "<!-- calibration table: end -->"

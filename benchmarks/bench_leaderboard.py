@@ -130,7 +130,7 @@ def _bench(a, tmp: Path) -> int:
     import pandas as pd
 
     from nas_stab.results import formats, plots
-    from nas_stab.results.analysis import analyze
+    from nas_stab.analysis.table import analyze
     from nas_stab.results.leaderboard import load_analysis
 
     t0 = time.perf_counter()

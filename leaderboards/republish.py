@@ -198,9 +198,9 @@ def republish_probe(d: Path) -> None:
     from datetime import datetime, timezone
 
     from nas_stab.config import load_spec
-    from nas_stab.stability.probe_cmd import probe_points
-    from nas_stab.stability.probe_seeds import aggregate, slopes
-    from nas_stab.stability.probe_table import axes, probe_markdown, write_slopes
+    from nas_stab.probe.cmd import probe_points
+    from nas_stab.probe.seeds import aggregate, slopes
+    from nas_stab.probe.table import axes, probe_markdown, write_slopes
 
     prov = dict(old_provenance(d))
     name = prov["spec"].split(" ")[0]

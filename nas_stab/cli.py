@@ -269,7 +269,7 @@ def _write_leaderboard(rd) -> dict[str, Path]:
 
 
 def cmd_probe(args) -> int:
-    from nas_stab.stability.probe_cmd import run_probe
+    from nas_stab.probe.cmd import run_probe
 
     spec = _load(args, probe=True)
     command = "nas-stab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["probe"] else None
@@ -277,9 +277,9 @@ def cmd_probe(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
+    from nas_stab.analysis.values import number_or_text
     from nas_stab.errors import SpecError
     from nas_stab.results.leaderboard import build_leaderboard
-    from nas_stab.results.values import number_or_text
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]

@@ -1,4 +1,4 @@
-"""Adaptive seeds (`seeds: {min, max}`): the key, the plan (`results/more_seeds.py`) and the job source
+"""Adaptive seeds (`seeds: {min, max}`): the key, the plan (`analysis/more_seeds.py`) and the job source
 (`search/adaptive.py`) on synthetic records (no training): seeds go only where a verdict is open, up to
 max; a resumed search trains nothing twice and ends where an uninterrupted one ends."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from nas_stab.config import loads_spec, spec_hash
 from nas_stab.errors import SpecError
-from nas_stab.results.more_seeds import shrink
+from nas_stab.analysis.more_seeds import shrink
 from nas_stab.search.adaptive import AdaptiveSeeds, _analysis
 
 SPEC = """\

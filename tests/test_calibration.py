@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nas_stab.results.analysis import analyze
+from nas_stab.analysis.table import analyze
 
 TABLES = 200  # simulated tables per setting
 GRID = np.arange(11) * 0.5  # a half-octave grid of 11 lrs: x = log2(lr) - log2(base), 0 .. 5

@@ -8,7 +8,7 @@ import io
 import pandas as pd
 from conftest_ray import spec_text
 
-from nas_stab.results.csvsafe import TRIGGERS, escape_cell, unescape_cell
+from nas_stab.csvsafe import TRIGGERS, escape_cell, unescape_cell
 
 EVIL = ["=HYPERLINK(\"http://x\",\"y\")", "@SUM(1+1)*cmd|' /C calc'!A0", "+1+cmd", "-2+3+cmd", "\t=1", "\r=1"]
 

@@ -32,7 +32,7 @@ def test_every_asset_is_declared_package_data():
 def test_page_embeds_the_asset_script_and_style_and_allows_only_that_script():
     import pandas as pd
 
-    from nas_stab.results.analysis import analyze
+    from nas_stab.analysis.table import analyze
 
     t = pd.DataFrame({"seed": [0, 0], "status": ["complete"] * 2, "train.lr": [0.1, 0.2], "val_acc": [0.5, 0.6]})
     page = html_page.to_html(analyze(t, n_boot=0), [("spec", "demo (hash 0)")])

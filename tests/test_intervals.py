@@ -1,6 +1,6 @@
 """The seed bootstrap's intervals cover what they say (docs/leaderboard.md, Intervals).
 
-A plain percentile bootstrap over a few seeds is too narrow; `nas_stab.results.intervals.widen`
+A plain percentile bootstrap over a few seeds is too narrow; `nas_stab.analysis.intervals.widen`
 corrects it for the seed count. Simulated data with a known answer show the coverage: of a seed
 mean (normal values), of each size's fitted optimum in `analyze` (the leaderboard's own code),
 and of a probe's log-log slope (`nas-stab probe` over seeds). Each test also shows the plain
@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nas_stab.results import optimum
-from nas_stab.results.analysis import analyze
-from nas_stab.results.intervals import factor, widen, widen_replicates
-from nas_stab.stability import probe_seeds
+from nas_stab.analysis import optimum
+from nas_stab.analysis.table import analyze
+from nas_stab.analysis.intervals import factor, widen, widen_replicates
+from nas_stab.probe import seeds as probe_seeds
 
 LEVEL = 0.9
 

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "data"))
 from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
 
-from nas_stab.results.analysis import analyze  # noqa: E402
+from nas_stab.analysis.table import analyze  # noqa: E402
 from nas_stab.results.leaderboard import build_leaderboard, load_analysis  # noqa: E402
 from nas_stab.results.plots import PRUNED_MARKER, transfer_figure  # noqa: E402
 from nas_stab.results.reader import read_run  # noqa: E402

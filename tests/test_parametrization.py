@@ -196,7 +196,7 @@ def test_coordinate_check_sp_grows_with_width_mup_stays_flat(tmp_path):
     0.26); every layer's RMS is drawn in plots/probe_coord.png."""
     import csv
 
-    from nas_stab.stability.probe_cmd import run_probe
+    from nas_stab.probe.cmd import run_probe
 
     assert run_probe(loads_spec(COORD), steps=3, out_root=tmp_path) == 0
     d = tmp_path / "coord"
@@ -263,7 +263,7 @@ def test_coordinate_check_over_depth_sp_explodes_depth_mup_stays_flat(tmp_path):
     import csv
 
     from nas_stab.errors import SpecError
-    from nas_stab.stability.probe_cmd import run_probe
+    from nas_stab.probe.cmd import run_probe
 
     with pytest.raises(SpecError, match="searched with only 1 value"):
         loads_spec(COORD_DEPTH)
@@ -482,7 +482,7 @@ def test_transformer_coordinate_check_sp_grows_with_d_model_mup_stays_flat(tmp_p
     1/dh), SP's largest attention logit after the steps grows (1.15)."""
     import csv
 
-    from nas_stab.stability.probe_cmd import run_probe
+    from nas_stab.probe.cmd import run_probe
 
     assert run_probe(loads_spec(COORD_TF), steps=3, out_root=tmp_path) == 0
     with open(tmp_path / "coord-tf" / "probe_slopes.csv") as f:

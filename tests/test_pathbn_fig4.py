@@ -225,7 +225,7 @@ leaderboard: {compare: [model.norm]}
 
 
 def test_probe_writes_per_layer_sigma_and_gradient_columns_table_and_plot(tmp_path, capsys):
-    from nas_stab.stability.probe_cmd import run_probe
+    from nas_stab.probe.cmd import run_probe
 
     assert run_probe(loads_spec(PROBE), steps=1, out_root=tmp_path) == 0
     out = tmp_path / "fig4-tiny"
@@ -238,7 +238,7 @@ def test_probe_writes_per_layer_sigma_and_gradient_columns_table_and_plot(tmp_pa
                 assert float(r[f"{p}bn_sigma.{i}"]) > 0 and float(r[f"{p}grad_stream.{i}"]) > 0
     # probe.csv's values are the snapshot's: rebuild configuration 1 (path_bn), seed 0, and measure
     from nas_stab.config import resolve
-    from nas_stab.stability.probe_measure import probe_one
+    from nas_stab.probe.measure import probe_one
 
     again = probe_one(resolve(loads_spec(PROBE), {"model.norm": "path_bn"}), 0, 0)
     r = next(r for r in rows if r["model.norm"] == "path_bn" and r["seed"] == "0")

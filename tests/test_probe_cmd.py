@@ -6,7 +6,7 @@ from conftest import run_cli
 
 from nas_stab.config import loads_spec
 from nas_stab.errors import SpecError
-from nas_stab.stability.probe_cmd import probe_points, run_probe
+from nas_stab.probe.cmd import probe_points, run_probe
 
 PROBE = """\
 name: probe-tiny
@@ -126,7 +126,7 @@ def test_probe_titles_wrap_to_their_panel():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from nas_stab.stability.probe_plots import _label, _title
+    from nas_stab.probe.plots import _label, _title
 
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))
     long = "parametrization=depth_mup, lr=0.003, aggregation=stam: after 3 step(s) on the probe batch"

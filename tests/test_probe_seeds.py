@@ -7,8 +7,8 @@ import random
 import pytest
 
 from nas_stab.config import loads_spec
-from nas_stab.stability.probe_cmd import run_probe
-from nas_stab.stability.probe_seeds import aggregate, slopes
+from nas_stab.probe.cmd import run_probe
+from nas_stab.probe.seeds import aggregate, slopes
 
 
 def table(k: float, seeds: int, sd: float, rng: random.Random, sizes=(1, 4, 16, 64), paired: float = 0.0):

@@ -1,5 +1,5 @@
 """The default verdict (criterion: regret) on the curve shapes real sweeps produce, with a known answer
-(`nas_stab/results/calibration.py` simulates them; docs/leaderboard.md has the full table, written by
+(`nas_stab/analysis/calibration.py` simulates them; docs/leaderboard.md has the full table, written by
 ``benchmarks/bench_calibration.py``). Each test below failed on the verdict of 2026-11-27 (drift of the
 argmax, replication counted per row, grid quantization left out of the intervals, ranking by verdict and
 regret alone); the figures in the comments are that code's rates, measured on these same tables."""
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nas_stab.results.analysis import analyze
-from nas_stab.results.calibration import Setting, evaluate
+from nas_stab.analysis.table import analyze
+from nas_stab.analysis.calibration import Setting, evaluate
 
 TABLES = 100
 POINT_FAMILIES = ("peak", "asym", "cliff", "edge", "ceiling", "quartic", "hetero", "heavy", "rand_div", "missing", "merged")
@@ -235,7 +235,7 @@ def test_a_flat_top_whose_optimum_moves_says_no_yes_on_a_fine_grid():
 
 def test_error_rates_hold_under_adaptive_seeds():
     """Optional stopping: tables that start with 3 seeds per cell and grow where their verdict is open, up to 12
-    (`seeds: {min: 3, max: 12}`, `results/more_seeds.py`), looked at after every batch: the false-yes and
+    (`seeds: {min: 3, max: 12}`, `analysis/more_seeds.py`), looked at after every batch: the false-yes and
     false-no rates stay at or under 5%, and adaptive seeds decide at least as many tables as a fixed 5 seeds
     with fewer runs where the fixed count already decides."""
     settings = [Setting(f, d, 3, 5, 0.01, "half") for f in ("peak", "cliff", "plateau", "heavy", "asym")

@@ -12,6 +12,7 @@ import dataclasses
 import math
 
 from nas_stab import metrics
+from nas_stab.config import hooks
 from nas_stab.config.build import Ctx
 from nas_stab.config.knobs import parse_aggregation, parse_tau
 from nas_stab.errors import SpecError, SpecErrors
@@ -76,14 +77,7 @@ def check_config(spec, ctx: Ctx) -> None:
         raise ctx.error(("train", "device"), f"must be auto, cpu, cuda or cuda:N, got {dev!r}")
     _check_run_time_values(spec, ctx)
 
-    from nas_stab.data import check_dataset
-    from nas_stab.models import check_model
-
-    problem = check_dataset(spec)
-    if problem:
-        key, msg = problem
-        raise ctx.error(key, msg)
-    problem = check_model(spec)
+    problem = hooks.first_problem("config", spec)  # the dataset's and the model's own rules (nas_stab.data, nas_stab.models)
     if problem:
         key, msg = problem
         raise ctx.error(key, msg)
@@ -131,12 +125,10 @@ def _check_search(spec, ctx: Ctx) -> None:
         raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
     _check_bracket(spec, ctx)
     _check_adaptive_seeds(spec, ctx)
-
-    from nas_stab.search.optuna_study import check_pruner
-
-    msg = check_pruner(s.pruner.name, s.pruner.options or {})
-    if msg:
-        raise ctx.error(("search", "pruner"), msg)
+    problem = hooks.first_problem("search", spec)  # the pruner and its options (nas_stab.search.optuna_study)
+    if problem:
+        key, msg = problem
+        raise ctx.error(key, msg)
 
 
 def _check_adaptive_seeds(spec, ctx: Ctx) -> None:
@@ -318,8 +310,6 @@ def _check_transfer(spec, ctx: Ctx) -> None:
                         f"generation); the sampler is {s.sampler}: remove population_size or choose nsga2")
     if t is None:
         return
-    from nas_stab.search.transfer_objectives import OBJECTIVES
-
     if s.sampler == "bracket":
         raise ctx.error(("search", "sampler"), "search.transfer samples its outer trials with an Optuna sampler "
                         "(tpe, random, cmaes, qmc, nsga2), not bracket: to bracket each size's learning rate inside "
@@ -329,12 +319,10 @@ def _check_transfer(spec, ctx: Ctx) -> None:
         raise ctx.error(("search", "sampler"), "search.transfer samples its outer trials with an Optuna sampler "
                         "(tpe, random, cmaes, qmc, nsga2), not grid: the inner runs are every size x lr x seed "
                         "(search.transfer.inner: grid) or each size's bracketed lr (inner: bracket)")
-    if not t.objectives:
-        raise ctx.error(("search", "transfer", "objectives"), "needs at least one objective: " + ", ".join(OBJECTIVES))
-    for i, o in enumerate(t.objectives):
-        if o not in OBJECTIVES:
-            raise ctx.error(("search", "transfer", "objectives", i), f"unknown objective {o!r}" + did_you_mean(o, OBJECTIVES)
-                            + "; choose from " + ", ".join(OBJECTIVES))
+    problem = hooks.first_problem("transfer", spec)  # the objectives' names (nas_stab.search.transfer_objectives)
+    if problem:
+        key, msg = problem
+        raise ctx.error(key, msg)
     if len(set(t.objectives)) < len(t.objectives):
         raise ctx.error(("search", "transfer", "objectives"), f"an objective is named twice: {list(t.objectives)}")
     if len(t.objectives) > 1 and s.sampler == "cmaes":
@@ -549,9 +537,7 @@ def _check_storage(url, ctx: Ctx) -> None:
 def _check_tracking(spec, ctx: Ctx) -> None:
     """logging.tracking names backends whose packages are installed: a missing one is one error before
     anything trains, not a failure logged after every run."""
-    from nas_stab.results.tracking import backends, missing_package
-
-    for name in backends(spec.logging.tracking):
-        problem = missing_package(name)
-        if problem:
-            raise ctx.error(("logging", "tracking"), problem)
+    problem = hooks.first_problem("tracking", spec)  # nas_stab.results.tracking
+    if problem:
+        key, msg = problem
+        raise ctx.error(key, msg)

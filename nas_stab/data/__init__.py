@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nas_stab.config import hooks
 from nas_stab.registry import Registry
 
 DATASETS = Registry("dataset")
@@ -38,6 +39,7 @@ def dataset_key(spec) -> str:
     return qualified if qualified in DATASETS else name
 
 
+@hooks.register("config", "dataset")
 def check_dataset(spec) -> tuple[tuple, str] | None:
     d = spec.task.dataset
     key = dataset_key(spec)

@@ -11,6 +11,7 @@ Scalar parameters (0-d tensors: learnable tau, Fixup biases) are trained at
 """
 from __future__ import annotations
 
+from nas_stab.config import hooks
 from nas_stab.registry import Registry
 
 ARCHS = Registry("arch")
@@ -18,6 +19,7 @@ ARCHS = Registry("arch")
 __all__ = ["ARCHS", "build_model", "check_model"]
 
 
+@hooks.register("config", "model")
 def check_model(spec) -> tuple[tuple, str] | None:
     """(key path, reason) if the model section cannot be built, else None."""
     m = spec.model

@@ -15,9 +15,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Analysis": "nas_stab.results.analysis",
-    "Settings": "nas_stab.results.analysis",
-    "analyze": "nas_stab.results.analysis",
+    "Analysis": "nas_stab.analysis.table",
+    "Settings": "nas_stab.analysis.table",
+    "analyze": "nas_stab.analysis.table",
     "build_leaderboard": "nas_stab.results.leaderboard",
     "leaderboard_markdown": "nas_stab.results.leaderboard",
     "load_analysis": "nas_stab.results.leaderboard",

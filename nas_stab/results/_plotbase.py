@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from nas_stab.results.analysis import Analysis
-from nas_stab.results.values import fmt_value
+from nas_stab.analysis.table import Analysis
+from nas_stab.analysis.values import fmt_value
 
 _MAX_PANELS = 24
 _MAX_MAP_ROWS = 100

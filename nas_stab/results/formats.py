@@ -18,11 +18,11 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nas_stab.results.analysis import Analysis
-from nas_stab.results.csvsafe import escape_frame  # no spreadsheet formula from a value
+from nas_stab.analysis.table import Analysis
+from nas_stab.analysis.values import fmt_value
+from nas_stab.csvsafe import escape_frame  # no spreadsheet formula from a value
 from nas_stab.results.html_page import to_html
 from nas_stab.results.tables import DEFINITIONS, Provenance, best_lrs, bracketed, display_table, settings_items, summary, title
-from nas_stab.results.values import fmt_value
 
 __all__ = [
     "FORMATS",

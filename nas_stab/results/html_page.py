@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 
-from nas_stab.results.analysis import Analysis
+from nas_stab.analysis.table import Analysis
 from nas_stab.results.tables import DEFINITIONS, Provenance, bracketed, cells_table, display_table, settings_items, summary, title
 
 __all__ = ["figure_html", "html_table", "to_html"]

@@ -31,13 +31,20 @@ from typing import Any
 import pandas as pd
 
 from nas_stab import metrics
-from nas_stab.config.schema import LeaderboardConfig, Spec
+from nas_stab.analysis.settings import settings as _settings
+from nas_stab.analysis.table import Analysis, analyze
+from nas_stab.analysis.values import fill_base, fmt_value
+from nas_stab.config.load import inner_bracket
+from nas_stab.config.rules import check_leaderboard, same_value
 from nas_stab.errors import RunError, SpecError
 from nas_stab.results import formats as _formats
-from nas_stab.results.analysis import Analysis, analyze
+from nas_stab.results import pareto as _pareto
+from nas_stab.results import plots as _plots
 from nas_stab.results.reader import Run, read_run
 from nas_stab.results.rundir import atomic_write, remove_stale_tmp
-from nas_stab.results.values import fill_base, fmt_value
+from nas_stab.search.bracket import BracketSource
+from nas_stab.search.plan import base_lookup
+from nas_stab.search.transfer import architecture, inner_sweeps, outer_dims
 from nas_stab.textfmt import duration
 
 __all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]
@@ -49,51 +56,6 @@ PLOTS = {
     "divergence": "divergence map: fraction of runs diverged (size x lr), hatched where a run was stuck (completed without learning)",
     "loss_curves": "training loss over steps at each size's best lr (median over seeds, min-max band)",
 }
-
-
-CLASSES = {"digits": 10, "mnist": 10, "mnist1d": 10, "cifar10": 10, "cifar100": 100}  # class counts of the fixed datasets
-_DEFAULTS = LeaderboardConfig()
-
-
-def dataset_classes(spec: Spec) -> int | None:
-    """The class count of a classification run's dataset (None when unknown: imagefolder, translation)."""
-    if spec.task.kind != "classification":
-        return None
-    ds = spec.task.dataset
-    return ds.classes if ds.name == "synthetic" else CLASSES.get(ds.name)
-
-
-def _settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The analysis settings of a run: its typed ``leaderboard:`` section (defaults from the schema),
-    then `overrides` (lr, transfer, compare, metric, reference, tolerance: ``tolerance_octaves``)."""
-    lb = spec.leaderboard
-    over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
-
-    def pick(key: str) -> Any:
-        return over[key] if key in over else getattr(lb, key)
-
-    compare = pick("compare") or ()
-    if not compare and getattr(spec.search, "transfer", None) is not None:  # a transfer search: one row per architecture
-        compare = tuple(k for k in spec.space.keys if k not in (pick("lr") or _DEFAULTS.lr, pick("transfer")))
-    if isinstance(compare, str):
-        compare = tuple(c.strip() for c in compare.split(",") if c.strip())
-    try:
-        tolerance = float(pick("tolerance_octaves"))
-    except (TypeError, ValueError):
-        raise SpecError(f"must be a number of octaves, got {pick('tolerance_octaves')!r}", key="leaderboard.tolerance_octaves") from None
-    if not tolerance > 0:
-        raise SpecError(f"must be > 0 octaves, got {tolerance!r}", key="leaderboard.tolerance_octaves")
-    return {
-        "lr": pick("lr") or _DEFAULTS.lr,
-        "transfer": pick("transfer") or None,
-        "compare": tuple(str(c) for c in compare),
-        "metric": str(pick("metric") or spec.search.objective),
-        "reference": pick("reference"),
-        "tolerance": tolerance,
-        "criterion": str(pick("criterion") or "regret"),
-        "epsilon": pick("epsilon"),
-        "classes": dataset_classes(spec),
-    }
 
 
 def _status_counts(trials: pd.DataFrame) -> str:
@@ -316,19 +278,13 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
     before the sweep ended). The ends are replayed from the records, as the search decided them
     (`BracketSource.report`); nothing else is read, so a run directory made before the marks were
     shown gets them too. Other runs: `trials` unchanged."""
-    from nas_stab.config.load import inner_bracket
-
     spec = run.spec
     if spec.leaderboard.lr != lr_key:
         return trials
-    from nas_stab.search.bracket import BracketSource  # lazy: search imports results
-
     records = trials.to_dict("records")
     if spec.search.sampler == "bracket":
         ends = _replayed_ends(BracketSource(spec), records, lr_key)
     elif inner_bracket(spec) and "outer_trial" in trials.columns:
-        from nas_stab.search.transfer import inner_sweeps
-
         ends = [""] * len(records)
         outer = pd.to_numeric(trials["outer_trial"], errors="coerce").tolist()
         by_outer: dict[int, list[int]] = {}
@@ -352,9 +308,6 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
 def _architecture(spec, record: dict, lr_key: str) -> dict:
     """A transfer search's outer trial as one of its runs recorded it: the searched keys other than the
     lr and the size that are active (as the search decided it: from these values and the base spec)."""
-    from nas_stab.search.plan import base_lookup
-    from nas_stab.search.transfer import architecture, outer_dims
-
     return architecture(outer_dims(spec, lr_key), base_lookup(spec), lambda d: record.get(d.key))
 
 
@@ -411,10 +364,8 @@ FLAGS = {"lr": "--lr", "transfer": "--transfer", "compare": "--compare", "metric
 class _Unchanged(SpecError):
     """A rule the stored settings break, not the flags (a run made before the rule): not reported."""
 
-
 class _FlagCtx:
     """Names a broken rule of ``leaderboard:`` by the flag that set the value (`config.rules`' Ctx)."""
-
     def __init__(self, changed: Iterable[str]):
         self.changed = set(changed)
 
@@ -433,8 +384,6 @@ def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> No
     """
     import dataclasses
 
-    from nas_stab.config.rules import check_leaderboard
-
     over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
     if not over:
         return
@@ -449,8 +398,6 @@ def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> No
         pass  # the stored settings predate a rule; what the flags set was checked up to there
     ref, key = spec.leaderboard.reference, spec.leaderboard.transfer
     if len(runs) > 1 and "reference" in over and key:
-        from nas_stab.config.rules import same_value
-
         sizes = {v for r in runs for v in (r.trials[key].dropna().tolist() if key in r.trials.columns else [r.stored(key)])}
         if not any(same_value(ref, v) for v in sizes):
             raise SpecError(f"{ref!r} is not a size of {key} in these runs: {', '.join(map(str, sorted(sizes, key=str)))}",
@@ -543,8 +490,6 @@ def build_leaderboard(
 
     pngs: dict[str, bytes] = {}
     links: dict[str, str] = {}
-    from nas_stab.results import pareto as _pareto
-
     transfer_spec = runs[0].spec if _pareto.is_transfer(runs[0].spec) else None
     if plots and transfer_spec is not None:
         png = _pareto.pareto_plot(a, transfer_spec)
@@ -553,8 +498,6 @@ def build_leaderboard(
             pngs[_pareto.CAPTION] = png
             links[_pareto.CAPTION] = "plots/pareto.png"
     if plots:
-        from nas_stab.results import plots as _plots
-
         history = {str(i): r.path / "history" for i, r in enumerate(runs)}
         figures = {
             "lr_transfer": lambda: _plots.transfer_plot(a),
@@ -595,8 +538,6 @@ def leaderboard_markdown(run_dir: str | Path, *, n_boot: int = 1000, overrides: 
 
     Links the plots when ``<run_dir>/plots/`` already holds them.
     """
-    from nas_stab.results import pareto as _pareto
-
     a, prov, runs = load_analysis([run_dir], n_boot=n_boot, overrides=overrides)
     plots_dir = Path(run_dir) / "plots"
     links = {cap: f"plots/{name}.png" for name, cap in PLOTS.items() if (plots_dir / f"{name}.png").is_file()}

@@ -20,9 +20,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.table import Analysis
+from nas_stab.analysis.values import fmt_value
 from nas_stab.results._plotbase import _figure, _plain, _png, _short_keys, _wrap
-from nas_stab.results.analysis import Analysis
-from nas_stab.results.values import fmt_value
+from nas_stab.results.html_page import figure_html, html_table
+from nas_stab.search.transfer_objectives import directions
 
 CAPTION = "Pareto front of the transfer search: each point one architecture (outer trial), the front joined"
 
@@ -34,8 +36,6 @@ def is_transfer(spec) -> bool:
 def pareto_table(a: Analysis, spec) -> pd.DataFrame:
     """One line per architecture (leaderboard row) with an objective value: its outer trial, its
     values, the objectives, the verdict, and `front` (True on the Pareto front); front first."""
-    from nas_stab.search.transfer_objectives import directions
-
     objs = list(spec.search.transfer.objectives)
     dirs = directions(spec)
     rows = a.rows.copy()
@@ -98,8 +98,6 @@ def pareto_html(a: Analysis, spec, *, png: bytes | None = None) -> str:
     """The same section for the HTML page: the text, the table (every architecture, sortable like the
     leaderboard; id ``pareto``) and the plot as a data: URL."""
     import html
-
-    from nas_stab.results.html_page import figure_html, html_table
 
     e = html.escape
     df = pareto_table(a, spec)

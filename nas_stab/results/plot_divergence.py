@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.table import Analysis
+from nas_stab.analysis.values import fmt_value
 from nas_stab.results._plotbase import _CHAR_EM, _COLS, _MAX_MAP_ROWS, _MAX_PANELS, _TICK_PT, _TITLE_PT, _figure, _labels, _png, _short_keys, _suptitle, _wrap
-from nas_stab.results.analysis import Analysis
-from nas_stab.results.values import fmt_value
 
 STUCK_HATCH = "////"
 STUCK_COLOR = "#1a1a1a"  # the hatch: dark on the white-to-red shade and on the diverged_why colours

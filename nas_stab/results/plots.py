@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nas_stab.analysis.table import Analysis
+from nas_stab.analysis.values import fmt_value
 from nas_stab.metrics import value_range
 from nas_stab.results._plotbase import (
     _TICK_PT,
@@ -54,11 +56,9 @@ from nas_stab.results._plotbase import (
     _suptitle,
     _wrap,
 )
-from nas_stab.results.analysis import Analysis
 from nas_stab.results.plot_curves import loss_curve_figure, loss_curve_plot, loss_curves
 from nas_stab.results.plot_divergence import divergence_figure, divergence_plot
 from nas_stab.results.plot_norms import fwd_norm_figure, fwd_norm_plot, init_fwd_norms
-from nas_stab.results.values import fmt_value
 
 __all__ = [
     "divergence_figure", "divergence_plot", "fwd_norm_figure", "fwd_norm_plot", "init_fwd_norms", "loss_curve_figure",

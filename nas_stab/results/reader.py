@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
+from nas_stab.csvsafe import unescape_cell
 from nas_stab.errors import RunError, SpecError
-from nas_stab.results.csvsafe import unescape_cell
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -91,13 +91,13 @@ class Run:
         """
         import pandas as pd
 
-        from nas_stab.results.csvsafe import unescape_frame
+        from nas_stab.csvsafe import unescape_frame
 
         tpath = self.path / TRIALS_CSV
         if not tpath.is_file():
             raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
         try:
-            trials = unescape_frame(pd.read_csv(tpath))  # values as the run wrote them (results/csvsafe.py)
+            trials = unescape_frame(pd.read_csv(tpath))  # values as the run wrote them (csvsafe.py)
         except pd.errors.EmptyDataError:
             raise RunError(f"{tpath}: empty file; no trial has been recorded") from None
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:

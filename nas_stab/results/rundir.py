@@ -21,7 +21,6 @@ import datetime as _dt
 import errno
 import fcntl
 import io
-import math
 import os
 import platform
 import re
@@ -34,8 +33,8 @@ from typing import Any
 import yaml
 
 from nas_stab import __version__, metrics
+from nas_stab.csvsafe import csv_cell, unescape_cell
 from nas_stab.errors import RunError
-from nas_stab.results.csvsafe import escape_cell
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
 
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
@@ -163,7 +162,7 @@ def invocation() -> str | None:
 def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
     """The keys whose values differ between a run directory's stored spec and the one now given, as
     ``key: old -> new`` (at most `limit`, then how many more): what the refusal of a changed spec names."""
-    from nas_stab.results.values import dotted
+    from nas_stab.analysis.values import dotted
 
     a = dotted({k: v for k, v in stored.items() if k != "meta"})
     b = dotted({k: v for k, v in new.items() if k != "meta"})
@@ -446,7 +445,7 @@ class RunDir:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
         for r in new_rows:
-            w.writerow({k: _fmt(r.get(k)) for k in header})
+            w.writerow({k: csv_cell(r.get(k)) for k in header})
         with open(p, "a", encoding="utf-8", newline="") as f:
             f.write(buf.getvalue())
             f.flush()
@@ -489,7 +488,7 @@ class RunDir:
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
         for row in history:
-            w.writerow({k: _fmt(row.get(k)) for k in cols})
+            w.writerow({k: csv_cell(row.get(k)) for k in cols})
         atomic_write(self.path / HISTORY / f"{run_id}.csv", buf.getvalue())
 
 
@@ -511,7 +510,7 @@ def trials_csv(rows: list[dict[str, Any]], searched: Iterable[str], task_kind: s
     w.writeheader()
     order = sorted(rows, key=lambda r: (_int(r.get("trial")), _int(r.get("seed"))))
     for r in order:
-        w.writerow({k: _fmt(r.get(k)) for k in cols})
+        w.writerow({k: csv_cell(r.get(k)) for k in cols})
     return buf.getvalue()
 
 
@@ -525,20 +524,5 @@ def _int(v: Any) -> int:
 def cell_text(v: Any) -> str:
     """The text trials.csv holds for the value `v` once read back (`reader.read_rows`): a row the driver
     has in memory and the same row read from the file give the same text (the trackers' fingerprints)."""
-    from nas_stab.results.csvsafe import unescape_cell
+    return str(unescape_cell(csv_cell(v)))
 
-    return str(unescape_cell(_fmt(v)))
-
-
-def _fmt(v: Any) -> Any:
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        return escape_cell(v)  # no spreadsheet formula from a value (results/csvsafe.py)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return f"{v:.6g}"
-    return v

@@ -5,12 +5,17 @@ import math
 from pathlib import Path
 
 from nas_stab import metrics
+from nas_stab.config.load import inner_bracket
+from nas_stab.results.leaderboard import with_bracket_ends
+from nas_stab.results.reader import read_run
+from nas_stab.search.adaptive import todo_from_table
+from nas_stab.search.bracket import BracketSource
+from nas_stab.search.optuna_study import make_storage
+from nas_stab.search.plan import base_lookup
+from nas_stab.search.transfer import inner_points, study_name
 
 
 def status_text(run_dir: Path) -> str:
-    from nas_stab.results.reader import read_run
-    from nas_stab.search.plan import base_lookup
-
     run = read_run(run_dir)
     spec = run.spec
     rows = run.rows()
@@ -27,14 +32,10 @@ def status_text(run_dir: Path) -> str:
             continue
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
-    from nas_stab.config.load import inner_bracket
-
     transfer_bracket = inner_bracket(spec)
     if transfer_bracket:  # outer trials x sizes x bracketed lrs x seeds: decided as results come in
         planned = None
     elif getattr(spec.search, "transfer", None) is not None:  # outer trials x sizes x lrs x seeds
-        from nas_stab.search.transfer import inner_points
-
         planned = spec.search.trials * len(inner_points(spec)) * len(spec.seeds)
     elif spec.search.sampler == "grid" and getattr(spec, "seeds_more", ()):  # adaptive seeds: decided as results come in
         planned = None
@@ -108,9 +109,6 @@ def _scored_outer_trials(run_dir: Path, spec) -> int | None:
     try:
         import optuna
 
-        from nas_stab.search.optuna_study import make_storage
-        from nas_stab.search.transfer import study_name
-
         db = Path(run_dir).resolve() / "study.db"
         if spec.search.storage is None and not db.is_file():
             return None  # (not created by a status query)
@@ -126,8 +124,6 @@ def _scored_outer_trials(run_dir: Path, spec) -> int | None:
 def _adaptive_todo(run) -> int:
     """Adaptive seeds: the runs of the current stage (the inner search's, or a batch of seeds) not recorded, replayed
     from the records as the search replays them (0: the search is over)."""
-    from nas_stab.search.adaptive import todo_from_table
-
     records = run.trials.to_dict("records") if run.trials is not None else []
     return len(todo_from_table(run.spec, records) or [])
 
@@ -135,9 +131,6 @@ def _adaptive_todo(run) -> int:
 def _open_sweeps(run) -> int:
     """The bracket sweeps (configurations of the keys other than the learning rate) that have not ended,
     replayed from the records as the leaderboard does (`leaderboard.with_bracket_ends`)."""
-    from nas_stab.results.leaderboard import with_bracket_ends
-    from nas_stab.search.bracket import BracketSource
-
     total = len(BracketSource(run.spec).sweeps)
     trials = run.trials
     if trials is None or len(trials) == 0:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from nas_stab.results.analysis import Analysis
-from nas_stab.results.intervals import factor
-from nas_stab.results.values import fmt_value
+from nas_stab.analysis.intervals import factor
+from nas_stab.analysis.table import Analysis
+from nas_stab.analysis.values import fmt_value
 
 __all__ = ["DEFINITIONS", "END_MARKS", "Provenance", "best_lrs", "bracketed", "cells_table", "display_table", "num", "settings_items", "summary",
            "title"]

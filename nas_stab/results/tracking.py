@@ -54,8 +54,9 @@ from pathlib import Path
 from typing import Any
 
 from nas_stab import metrics
+from nas_stab.analysis.values import dotted, number_or_text
+from nas_stab.config import hooks
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_history_rows, read_rows
-from nas_stab.results.values import dotted, number_or_text
 
 TRACKERS = ("mlflow", "wandb")
 LEADERBOARD_RUN = "leaderboard"  # the name of the run holding the leaderboard files
@@ -80,6 +81,16 @@ def missing_package(name: str) -> str | None:
         return None
     return (f"{name} is not installed: pip install 'nas_stab[{name}]' (the {name} extra), or set logging.tracking "
             f"to none")
+
+
+@hooks.register("tracking", "packages")
+def _check_tracking(spec) -> tuple[tuple, str] | None:
+    """logging.tracking names backends whose packages are installed."""
+    for name in backends(spec.logging.tracking):
+        problem = missing_package(name)
+        if problem:
+            return ("logging", "tracking"), problem
+    return None
 
 
 # ---------------------------------------------------------------- what is logged

@@ -22,6 +22,9 @@ from collections.abc import Callable, Collection, Sequence
 
 import pandas as pd
 
+from nas_stab.analysis.settings import settings as analysis_settings
+from nas_stab.analysis.table import analyze
+from nas_stab.csvsafe import csv_cell
 from nas_stab.search.plan import Job
 
 _MAX_STAGES = 10_000
@@ -113,7 +116,7 @@ class AdaptiveSeeds:
         return self.spec.leaderboard.metric or self.spec.search.objective
 
     def _plan(self, known: dict) -> list[Job]:
-        from nas_stab.results.more_seeds import plan
+        from nas_stab.analysis.more_seeds import plan
 
         if not known:
             return []
@@ -154,15 +157,11 @@ class AdaptiveSeeds:
 def _analysis(spec, rows: list[dict]):
     """The leaderboard's analysis of `rows` (trials.csv row dicts), on the values as trials.csv stores them, with
     the experiment's `leaderboard:` settings; the records keep each run's key."""
-    from nas_stab.results.analysis import analyze
-    from nas_stab.results.leaderboard import _settings
-    from nas_stab.results.rundir import _fmt
-
-    cfg = _settings(spec)
+    cfg = analysis_settings(spec)
     cols = list(dict.fromkeys(["key", "seed", "status", cfg["lr"], *(k for k in (cfg["transfer"],) if k),
                                *cfg["compare"], *spec.space.keys, cfg["metric"]]))
     rows = sorted(rows, key=lambda r: str(r.get("key")))
-    df = pd.DataFrame([{c: _fmt(r.get(c)) for c in cols} for r in rows], columns=cols)
+    df = pd.DataFrame([{c: csv_cell(r.get(c)) for c in cols} for r in rows], columns=cols)
     for c in cols:
         if c not in ("status", "key"):
             num = pd.to_numeric(df[c].replace("", None), errors="coerce")
@@ -178,7 +177,7 @@ def todo_from_table(spec, records: Sequence[dict]) -> list[Job] | None:
     a bracket's records (`leaderboard._replayed_ends`)."""
     import math
 
-    from nas_stab.results.values import fmt_value
+    from nas_stab.analysis.values import fmt_value
 
     lr_key = spec.leaderboard.lr
     src = AdaptiveSeeds(spec)

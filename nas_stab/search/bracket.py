@@ -20,7 +20,7 @@ decided only when every run of the current one is recorded:
    error of the difference), add one step beyond it: a plateau is followed to
    its ends instead of stopping at its first local maximum.
 
-"Optimum" is exactly the leaderboard's (`nas_stab.results.analysis.analyze` on
+"Optimum" is exactly the leaderboard's (`nas_stab.analysis.table.analyze` on
 the sweep's runs: the seed-mean per learning rate, failed and diverged runs
 counted with the no-learning value, the best lr, its censoring and whether it
 trains), so the search stops where the table would call the optimum bracketed.
@@ -54,7 +54,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nas_stab.results.leaderboard import dataset_classes
+from nas_stab.analysis.settings import dataset_classes
+from nas_stab.analysis.table import analyze
 from nas_stab.search.plan import Job
 from nas_stab.search.sources import JOB_SOURCES
 
@@ -341,8 +342,6 @@ class BracketSource:
         ({mean, all_diverged}), the best log2 lr, whether it trains, and its censoring
         ("<=", ">=", "=" or "")."""
         import pandas as pd
-
-        from nas_stab.results.analysis import analyze
 
         df = pd.DataFrame({
             "lr": [lr for lr, _, _ in rows],

@@ -10,6 +10,7 @@ import inspect
 from typing import Any
 
 from nas_stab import metrics
+from nas_stab.config import hooks
 from nas_stab.registry import Registry
 from nas_stab.textfmt import did_you_mean
 
@@ -67,6 +68,12 @@ def check_pruner(name: str, options: dict) -> str | None:
     except (TypeError, ValueError) as e:
         return f"{name} pruner: {e}"
     return None
+
+
+@hooks.register("search", "pruner")
+def _check_spec_pruner(spec) -> tuple[tuple, str] | None:
+    msg = check_pruner(spec.search.pruner.name, spec.search.pruner.options or {})
+    return (("search", "pruner"), msg) if msg else None
 
 
 def _pruner_class(name: str):

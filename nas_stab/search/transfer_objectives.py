@@ -3,7 +3,7 @@
 An outer trial is one architecture (the values of the searched keys other than the
 learning rate and the size axis); its runs are every size x lr x seed of `space:`. Its
 objectives are columns of the leaderboard row those runs make, computed by the same call
-that builds every leaderboard (`nas_stab.results.analysis.analyze`, with the run's
+that builds every leaderboard (`nas_stab.analysis.table.analyze`, with the run's
 `leaderboard:` settings, docs/leaderboard.md), on the values exactly as trials.csv stores
 them (numbers to 6 significant digits), so `nas-stab leaderboard` shows the same numbers
 in the outer trial's row:
@@ -32,6 +32,13 @@ from typing import Any
 
 import pandas as pd
 
+from nas_stab import metrics
+from nas_stab.analysis.settings import settings as analysis_settings
+from nas_stab.analysis.table import analyze
+from nas_stab.config import hooks
+from nas_stab.csvsafe import csv_cell
+from nas_stab.textfmt import did_you_mean
+
 OBJECTIVES = {
     "transfer_score": "metric", "best": "metric", "transfer_regret": "minimize", "worst_regret": "minimize",
     "lr_drift": "minimize", "lr_sensitivity": "minimize", "stable_octaves": "maximize",
@@ -41,16 +48,25 @@ STABILITY = ("init_fwd_ratio", "init_grad_ratio", "init_sharpness", "max_update_
              "final_sharpness", "loss_spikes")  # per size, the mean over complete runs, in the outer trial's user attrs
 
 
+@hooks.register("transfer", "objectives")
+def check_objectives(spec) -> tuple[tuple, str] | None:
+    """search.transfer.objectives: at least one, each a known name."""
+    objectives = spec.search.transfer.objectives
+    if not objectives:
+        return ("search", "transfer", "objectives"), "needs at least one objective: " + ", ".join(OBJECTIVES)
+    for i, o in enumerate(objectives):
+        if o not in OBJECTIVES:
+            return (("search", "transfer", "objectives", i),
+                    f"unknown objective {o!r}" + did_you_mean(o, OBJECTIVES) + "; choose from " + ", ".join(OBJECTIVES))
+    return None
+
+
 def settings(spec) -> dict[str, Any]:
     """The leaderboard settings of a run (lr, transfer, metric, reference, tolerance, classes), compare left out."""
-    from nas_stab.results.leaderboard import _settings
-
-    return {**_settings(spec), "compare": ()}
+    return {**analysis_settings(spec), "compare": ()}
 
 
 def directions(spec) -> list[str]:
-    from nas_stab import metrics
-
     metric = settings(spec)["metric"]
     return [metrics.direction(metric) if OBJECTIVES[o] == "metric" else OBJECTIVES[o] for o in spec.search.transfer.objectives]
 
@@ -59,11 +75,9 @@ def as_stored(spec, rows: Sequence[dict]) -> pd.DataFrame:
     """The columns the analysis reads, as trials.csv holds them (a fresh row's floats to 6 significant
     digits, as `nas-stab leaderboard` reads them back): the same numbers whether the rows were just
     trained or read from the file by a resumed search."""
-    from nas_stab.results.rundir import _fmt
-
     cfg = settings(spec)
     cols = ["seed", "status", cfg["lr"], cfg["transfer"], cfg["metric"], *[c for c in STABILITY if c != cfg["metric"]]]
-    df = pd.DataFrame([{c: _fmt(r.get(c)) for c in cols} for r in rows], columns=cols)
+    df = pd.DataFrame([{c: csv_cell(r.get(c)) for c in cols} for r in rows], columns=cols)
     for c in cols:
         if c != "status":
             num = pd.to_numeric(df[c].replace("", None), errors="coerce")
@@ -73,8 +87,6 @@ def as_stored(spec, rows: Sequence[dict]) -> pd.DataFrame:
 
 def analyze_rows(spec, rows: Sequence[dict], *, n_boot: int = 1000):
     """The leaderboard's analysis of one outer trial's runs (one row: compare left out)."""
-    from nas_stab.results.analysis import analyze
-
     return analyze(as_stored(spec, rows), n_boot=n_boot, **settings(spec))
 
 

@@ -1,5 +1,5 @@
 """Stability probes (docs/metrics.md): forward norms, gradient norms, update ratios,
-Hessian sharpness (`sharpness`), divergence; and `nas-stab probe` (`probe_cmd`).
+Hessian sharpness (`sharpness`), divergence. The `nas-stab probe` application that uses them is `nas_stab.probe`.
 
 All probes run on the task's fixed probe batch and leave the model, its
 BatchNorm running statistics, the gradients and the optimizer exactly as they

@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from nas_stab.errors import NasStabError, SpecError
-from nas_stab.stability.probe_measure import TaskCache, probe_one
-from nas_stab.stability.probe_plots import write_plots
-from nas_stab.stability.probe_seeds import aggregate, slopes
-from nas_stab.stability.probe_table import axes, fmt, probe_markdown, provenance_text, write_csv, write_slopes
+from nas_stab.probe.measure import TaskCache, probe_one
+from nas_stab.probe.plots import write_plots
+from nas_stab.probe.seeds import aggregate, slopes
+from nas_stab.probe.table import axes, fmt, probe_markdown, provenance_text, write_csv, write_slopes
 
 INT_MAX_VALUES = 9  # an integer range of more values is probed at 5 spread points
 

@@ -13,6 +13,7 @@ gives back exactly the value written.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
@@ -67,3 +68,18 @@ def unescape_frame(df):
         if _text(df[c].dtype):
             df[c] = df[c].map(unescape_cell)
     return df
+
+
+def csv_cell(v: Any) -> Any:
+    """The cell trials.csv writes for `v`: floats to 6 significant digits, nan/inf spelled out, text escaped."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return escape_cell(v)  # no spreadsheet formula from a value
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:.6g}"
+    return v

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.optimum import EPS
+from nas_stab.analysis.values import fmt_value
 from nas_stab.metrics import parse_epsilon
-from nas_stab.results.optimum import EPS
-from nas_stab.results.values import fmt_value
 
 __all__ = ["CRITERIA", "DEFAULT_EPSILON", "MIN_SEEDS", "VERDICT_ORDER", "parse_epsilon", "rank", "stable", "verdicts"]
 

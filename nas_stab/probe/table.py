@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nas_stab.csvsafe import escape_cell
 from nas_stab.metrics import PROBE_EXTRA, STABILITY_METRICS
-from nas_stab.results.csvsafe import escape_cell
 
 # the columns of the printed table (probe.csv holds every metric)
 TABLE = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_ratio", "grad_norm", "grad_ratio", "update_norm",

@@ -175,7 +175,7 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
     ``runs``, the runs a table used. `adaptive` (min, max): adaptive seeds (`more_seeds.plan`), each table
     starting with min seeds per cell and growing where its verdict is open, up to max (each setting's `seeds`
     is then ignored); ``batches``: the most batches of seeds a table added."""
-    from nas_stab.results.analysis import analyze
+    from nas_stab.analysis.table import analyze
 
     if adaptive is not None:
         settings = [replace(s, seeds=int(adaptive[1])) for s in settings]
@@ -233,8 +233,8 @@ def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):
     """Adaptive seeds on simulated tables drawn with `max` seeds per cell: the first `min` seeds of every cell,
     then, look after look, the seeds `more_seeds.plan` asks for (a cell's seeds in order), until it asks for
     none. (the final analysis, the trials it used, the number of looks)"""
-    from nas_stab.results.analysis import analyze
-    from nas_stab.results.more_seeds import plan
+    from nas_stab.analysis.more_seeds import plan
+    from nas_stab.analysis.table import analyze
 
     lo, hi = int(adaptive[0]), int(adaptive[1])
     cell = ["setting", "table", "model.width", "train.lr"]

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nas_stab.results.optimum import EPS
-from nas_stab.results.verdicts import MIN_SEEDS
+from nas_stab.analysis.optimum import EPS
+from nas_stab.analysis.verdicts import MIN_SEEDS
 
 __all__ = ["Plan", "plan", "shrink"]
 

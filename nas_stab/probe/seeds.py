@@ -14,7 +14,7 @@ A probe row is one (configuration, seed). Two summaries are computed from them:
   mean of log2(metric) over seeds, with a 90% interval from a paired bootstrap
   over seeds (one draw of seeds per replicate, used at every size, as the
   leaderboard's intervals; the percentile interval widened for the seed count
-  as there: `nas_stab/results/intervals.py`). Only positive finite values enter; a slope needs
+  as there: `nas_stab/analysis/intervals.py`). Only positive finite values enter; a slope needs
   at least two sizes with values, an interval at least two seeds.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ import random
 import statistics
 from typing import Any
 
+from nas_stab.analysis.intervals import widen_replicates
 from nas_stab.metrics import STABILITY_METRICS
-from nas_stab.results.intervals import widen_replicates
 
 _WORST = {"failed": 3, "invalid": 2, "nonfinite": 1, "ok": 0}
 BOOTSTRAP = 1000
@@ -133,7 +133,7 @@ def slopes(rows: list[dict], size_key: str | None, line_keys: list[str], *, pref
                         s = _slope(cells, draw)
                         if s is not None:
                             reps.append(s)
-                    if reps:  # widened for the seed count (nas_stab/results/intervals.py)
+                    if reps:  # widened for the seed count (nas_stab/analysis/intervals.py)
                         lo, hi = widen_replicates(reps, len(all_seeds), LEVEL)
                 out.append({**dict(zip(line_keys, label)), "metric": col, "slope": est, "lo": lo, "hi": hi,
                             "sizes": len(cells), "seeds": len(all_seeds)})

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from nas_stab.metrics import STABILITY_METRICS
-from nas_stab.stability.probe_table import axes, fmt
+from nas_stab.probe.table import axes, fmt
 
 
 def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Path]:
@@ -312,7 +312,7 @@ def _per_layer_plot(rows, keys: list[str], prefixes: list[str], steps: int, path
     over seeds with their range as a band; one row of panels at init, one after the steps."""
     from matplotlib.ticker import MaxNLocator
 
-    from nas_stab.stability.probe_table import n_layers
+    from nas_stab.probe.table import n_layers
 
     if not n_layers(rows, "bn_sigma"):
         return None

@@ -41,10 +41,10 @@ import numpy as np
 import pandas as pd
 
 from nas_stab import metrics
+from nas_stab.analysis.optimum import EPS, did_not_learn, estimate
+from nas_stab.analysis.values import NONE, canon, fill_base, fmt_value, value_codes
+from nas_stab.analysis.verdicts import CRITERIA, DEFAULT_EPSILON, parse_epsilon, rank, stable, verdicts
 from nas_stab.errors import RunError
-from nas_stab.results.optimum import EPS, did_not_learn, estimate
-from nas_stab.results.values import NONE, canon, fill_base, fmt_value, value_codes
-from nas_stab.results.verdicts import CRITERIA, DEFAULT_EPSILON, parse_epsilon, rank, stable, verdicts
 
 __all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning", "stuck_undefined"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nas_stab.results.intervals import factor, widen
+from nas_stab.analysis.intervals import factor, widen
 
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 

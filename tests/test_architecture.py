@@ -1,0 +1,142 @@
+"""The package's layering (docs/architecture.md): imports point down, never back up, and no unit is too long
+to read in one sitting. Read from the source with `ast`, every import counted (those inside functions too)."""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "nas_stab"
+
+# bottom to top: a unit may import units of its own layer or below (docs/architecture.md draws the same list)
+LAYERS = [
+    ("errors", "textfmt", "csvsafe", "gcsetup"),
+    ("registry", "metrics", "space"),
+    ("config",),
+    ("analysis", "data", "models", "stability"),
+    ("tasks",),
+    ("training",),
+    ("search",),
+    ("results",),
+    ("probe", "estimate"),
+    ("cli",),
+]
+
+
+def _unit(module: str) -> str:
+    """The package (or top-level module) of `nas_stab.a.b`: `a`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, int]]:
+    """(imported nas_stab module, line) for every import statement in the file."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names if a.name.startswith("nas_stab")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("nas_stab"):
+                found.append((target, node.lineno))
+    return found
+
+
+def package_graph() -> dict[str, dict[str, list[str]]]:
+    """unit -> imported unit -> the import sites ("file:line")."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for name, path in _modules().items():
+        for target, line in _imports(name, path):
+            a, b = _unit(name), _unit(target)
+            if a != b and b != "nas_stab":
+                graph[a][b].append(f"{path.relative_to(PKG.parent)}:{line}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The strongly connected components of more than one unit (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b": ["x"]}, "b": {}}) == []
+
+
+def test_no_import_cycle_among_packages():
+    found = cycles(package_graph())
+    assert not found, f"import cycles among nas_stab's packages: {found}"
+
+
+def test_every_unit_is_in_a_layer():
+    units = {_unit(n) for n in _modules()} - {"nas_stab"}
+    placed = {u for layer in LAYERS for u in layer}
+    assert units == placed, f"not in LAYERS: {sorted(units - placed)}; gone: {sorted(placed - units)}"
+
+
+def test_imports_point_down_the_layers():
+    level = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    up = [f"{a} -> {b} ({', '.join(sites)})" for a, targets in package_graph().items() for b, sites in targets.items()
+          if level[b] > level[a]]
+    assert not up, "imports back up the layers:\n" + "\n".join(up)
+
+
+def test_config_imports_nothing_above_it():
+    graph = package_graph()
+    assert set(graph.get("config", {})) <= {"errors", "textfmt", "registry", "metrics", "space"}
+
+
+def test_checks_that_need_a_component_are_registered_by_it():
+    from nas_stab.config import hooks
+
+    names = {g: [c.__name__ for c in hooks.checks(g)] for g in hooks.GROUPS}
+    assert names["config"] == ["check_dataset", "check_model"]
+    assert names["transfer"] == ["check_objectives"] and names["search"] and names["tracking"]
+    for module in hooks.PROVIDERS:  # each provider imports config's hooks, config never imports it
+        assert module.startswith("nas_stab.") and _unit(module) != "config"
+
