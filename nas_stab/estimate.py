@@ -52,6 +52,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from nas_stab.config.mode import search_mode
 from nas_stab.textfmt import duration
 
 PLANNED = ("grid", "bracket")  # samplers whose configurations are known before the run (bracket: its start grid)
@@ -257,9 +258,7 @@ def search_shape(spec, runs: int) -> Shape:
         inner = sum(n for _, n in configs)
         outer = spec.search.trials
         shape = Shape(configs, inner * outer, float(outer), outer)
-        from nas_stab.config.load import inner_bracket
-
-        if inner_bracket(spec):
+        if search_mode(spec).inner_bracket:
             from nas_stab.search.bracket import points_range
             from nas_stab.search.transfer import inner_sweeps
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from nas_stab.analysis.more_seeds import shrink
 from nas_stab.config import loads_spec, spec_hash
 from nas_stab.errors import SpecError
-from nas_stab.analysis.more_seeds import shrink
 from nas_stab.search.adaptive import AdaptiveSeeds, _analysis
 
 SPEC = """\

@@ -110,8 +110,8 @@ def test_fixup_zero_classifier_leaves_undefined_metrics_empty_not_divergence():
 
 def test_divergence_map_coloured_by_why():
     pytest.importorskip("matplotlib")
-    from nas_stab.results import plots
     from nas_stab.analysis.table import analyze
+    from nas_stab.results import plots
 
     rows = []
     for agg in ("sum", "stam"):

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from nas_stab.analysis import optimum
-from nas_stab.analysis.table import analyze
 from nas_stab.analysis.intervals import factor, widen, widen_replicates
+from nas_stab.analysis.table import analyze
 from nas_stab.probe import seeds as probe_seeds
 
 LEVEL = 0.9

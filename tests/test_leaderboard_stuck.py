@@ -15,8 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "data"))
 from lb_fixtures import grid_rows, make_run  # noqa: E402
 
-from nas_stab.results import build_leaderboard  # noqa: E402
 from nas_stab.analysis.table import analyze  # noqa: E402
+from nas_stab.results import build_leaderboard  # noqa: E402
 from nas_stab.results.tables import cells_table, display_table, settings_items  # noqa: E402
 
 LRS = (0.01, 0.02, 0.04, 0.08)

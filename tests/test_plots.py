@@ -20,8 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "data"))
 from lb_fixtures import grid_rows  # noqa: E402
 
-from nas_stab.results import plots  # noqa: E402
 from nas_stab.analysis.table import analyze  # noqa: E402
+from nas_stab.results import plots  # noqa: E402
 
 matplotlib = pytest.importorskip("matplotlib")
 

@@ -175,8 +175,8 @@ def test_the_exponent_knobs_are_the_papers_forms():
 def test_pareto_front_is_the_non_dominated_set():
     import pandas as pd
 
-    from nas_stab.config import loads_spec
     from nas_stab.analysis.table import Analysis, Settings
+    from nas_stab.config import loads_spec
     from nas_stab.results.pareto import pareto_table
 
     spec = loads_spec(spec_text(TRANSFER, search={"sampler": "random", "trials": 3, "objective": "val_acc",
@@ -330,8 +330,8 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
         assert t.user_attrs["transfers"] == row.iloc[0]["transfers"]
     # how each (architecture, size) sweep ended: the table's replay (matching trials.csv rows by their values)
     # is the search's own (its runs' keys, the outer study's exact values)
-    from nas_stab.results.leaderboard import BRACKET_END_TEXT
     from nas_stab.analysis.values import fmt_value
+    from nas_stab.results.leaderboard import BRACKET_END_TEXT
 
     # (a sampled continuous value labels its row with the key's name: "aggregation_exponent=0.417022")
     decided = {("aggregation_exponent=" + fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nas_stab.analysis.table import analyze
 from nas_stab.analysis.calibration import Setting, evaluate
+from nas_stab.analysis.table import analyze
 
 TABLES = 100
 POINT_FAMILIES = ("peak", "asym", "cliff", "edge", "ceiling", "quartic", "hetero", "heavy", "rand_div", "missing", "merged")

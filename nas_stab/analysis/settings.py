@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import LeaderboardConfig, Spec
 from nas_stab.errors import SpecError
 
@@ -32,7 +33,7 @@ def settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str
         return over[key] if key in over else getattr(lb, key)
 
     compare = pick("compare") or ()
-    if not compare and getattr(spec.search, "transfer", None) is not None:  # a transfer search: one row per architecture
+    if not compare and search_mode(spec).transfer:  # a transfer search: one row per architecture
         compare = tuple(k for k in spec.space.keys if k not in (pick("lr") or _DEFAULTS.lr, pick("transfer")))
     if isinstance(compare, str):
         compare = tuple(c.strip() for c in compare.split(",") if c.strip())

@@ -6,6 +6,7 @@ as `warning: ...`; nothing stops. Errors are for what cannot run (`rules.py`).
 from __future__ import annotations
 
 from nas_stab.config.build import Ctx
+from nas_stab.config.mode import search_mode
 
 
 def advice(spec, ctx: Ctx) -> tuple[str, ...]:
@@ -29,7 +30,7 @@ def advice(spec, ctx: Ctx) -> tuple[str, ...]:
         warn(("search", "population_size"), f"{s.population_size} individuals per generation and {s.trials} trials: the "
              "first generation is the whole budget, so NSGA-II samples at random and never evolves; leave it unset "
              f"(default {s.trials} // 4, at least 2) or lower it")
-    if spec.search.sampler == "grid":
+    if search_mode(spec).kind == "grid":
         for d in spec.space.dims:
             if d.kind == "int" and d.log:
                 n = len(range(int(d.low), int(d.high) + 1, d.step or 1))

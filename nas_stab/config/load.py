@@ -17,6 +17,7 @@ from typing import Any
 from nas_stab.config import schema
 from nas_stab.config.build import Ctx, build, public_fields
 from nas_stab.config.compose import compose
+from nas_stab.config.mode import search_mode
 from nas_stab.config.yamlio import load_yaml, read_text
 from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
@@ -249,16 +250,10 @@ def _seed_range(seeds: dict, ctx: Ctx) -> tuple[list[int], tuple[int, ...]]:
     return list(range(lo)), tuple(range(lo, hi))
 
 
-def inner_bracket(spec) -> bool:
-    """Whether a transfer search brackets each size's learning rate inside its outer trials."""
-    t = getattr(spec.search, "transfer", None)
-    return t is not None and getattr(t, "inner", "grid") == "bracket"
-
-
 _ADDED_KEYS = (  # (section, key, when it applies)
-    ("search", "bracket", lambda spec: spec.search.sampler == "bracket" or inner_bracket(spec)),
-    ("search", "transfer", lambda spec: spec.search.transfer is not None),
-    ("search.transfer", "inner", inner_bracket),
+    ("search", "bracket", lambda spec: search_mode(spec).brackets),
+    ("search", "transfer", lambda spec: search_mode(spec).transfer),
+    ("search.transfer", "inner", lambda spec: search_mode(spec).inner_bracket),
     ("search", "population_size", lambda spec: spec.search.population_size is not None),
     ("model", "aggregation_exponent", lambda spec: spec.model.aggregation_exponent is not None),
     ("model", "tau_exponent", lambda spec: spec.model.tau_exponent is not None),

@@ -87,7 +87,7 @@ def _range(meta: dict, numeric: bool) -> str:
 
 
 def _numeric(tp) -> bool:
-    args = typing.get_args(tp) if typing.get_origin(tp) is typing.Union else (tp,)
+    args = typing.get_args(tp) if is_union(tp) else (tp,)
     return any(a in (int, float) for a in args)
 
 

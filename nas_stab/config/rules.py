@@ -15,6 +15,8 @@ from nas_stab import metrics
 from nas_stab.config import hooks
 from nas_stab.config.build import Ctx
 from nas_stab.config.knobs import parse_aggregation, parse_tau
+from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import BracketConfig
 from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.metrics import parse_epsilon
 from nas_stab.textfmt import did_you_mean
@@ -115,7 +117,7 @@ def _check_search(spec, ctx: Ctx) -> None:
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
     _check_transfer(spec, ctx)
-    if s.sampler in ("grid", "bracket"):
+    if search_mode(spec).job_source:
         for d in spec.space:
             if not d.discrete:
                 raise ctx.error(("space", d.key), f"the {s.sampler} sampler needs discrete dimensions; {d.kind} is continuous (use values, grid, log_grid or int)")
@@ -134,15 +136,15 @@ def _check_search(spec, ctx: Ctx) -> None:
 def _check_adaptive_seeds(spec, ctx: Ctx) -> None:
     """`seeds: {min, max}` adds seeds where a leaderboard verdict is still open: it needs a job source (grid or
     bracket: an Optuna sampler's trial trains every seed of its configuration) and a size axis (the verdicts)."""
-    if not spec.seeds_more:
+    mode = search_mode(spec)
+    if not mode.adaptive:
         return
-    s = spec.search
-    if s.transfer is not None:
+    if mode.transfer:
         raise ctx.error(("seeds",), "adaptive seeds ({min, max}) are not supported inside search.transfer (each outer "
                         "trial is judged once, on its own runs): give a seed count")
-    if s.sampler not in ("grid", "bracket"):
+    if not mode.job_source:
         raise ctx.error(("seeds",), f"adaptive seeds ({{min, max}}) need search.sampler grid or bracket (the sampler is "
-                        f"{s.sampler}: it trains every seed of a configuration it samples); give a seed count")
+                        f"{mode.sampler}: it trains every seed of a configuration it samples); give a seed count")
     if spec.leaderboard.transfer is None:
         raise ctx.error(("seeds",), "adaptive seeds ({min, max}) add seeds where a transfer verdict is still open: "
                         "they need leaderboard.transfer (the size axis); give a seed count")
@@ -247,24 +249,14 @@ def same_value(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def brackets(spec) -> bool:
-    """Whether learning rates are bracketed: `search.sampler: bracket`, or inside each outer trial of a
-    transfer search (`search.transfer.inner: bracket`)."""
-    from nas_stab.config.load import inner_bracket
-
-    return spec.search.sampler == "bracket" or inner_bracket(spec)
-
-
 def _check_bracket(spec, ctx: Ctx) -> None:
     """search.bracket only with sampler bracket or search.transfer.inner: bracket; the learning rate
     (leaderboard.lr) searched with positive numbers inside lr_limits, unconditionally; step >=
     resolution; limits ordered."""
-    s, b = spec.search, spec.search.bracket
-    if not brackets(spec):
-        from nas_stab.config.schema import BracketConfig
-
+    s, b, mode = spec.search, spec.search.bracket, search_mode(spec)
+    if not mode.brackets:
         if b != BracketConfig():  # defaults pass: a stored spec.yaml lists every key
-            if s.transfer is not None:
+            if mode.transfer:
                 raise ctx.error(("search", "bracket"), "only applies to search.sampler: bracket or search.transfer.inner: "
                                 "bracket; this transfer search trains the whole lr grid (inner: grid): set "
                                 "search.transfer.inner: bracket to bracket each size's learning rate, or remove search.bracket")
@@ -286,7 +278,7 @@ def _check_bracket(spec, ctx: Ctx) -> None:
     key = spec.leaderboard.lr
     d = spec.space.get(key)
     if d is None:
-        where = ("search", "sampler") if s.sampler == "bracket" else ("search", "transfer", "inner")
+        where = ("search", "transfer", "inner") if mode.transfer else ("search", "sampler")
         raise ctx.error(where, f"bracket searches the learning rate {key!r} (leaderboard.lr), which is not "
                         "a key of space: give its coarse start there, e.g. train.lr: [0.01, 0.1]")
     if d.when:
@@ -385,7 +377,7 @@ def _check_axes(spec, ctx: Ctx) -> None:
     d = spec.space.get(lb.lr)
     if d is None:
         return  # a fixed learning rate: the table compares the sizes at it (leaderboard_warnings says so)
-    if brackets(spec):
+    if search_mode(spec).brackets:
         return  # a coarse start: the sampler adds learning rates until each optimum is bracketed
     if _n_values(d) < 3:
         raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is searched with only {_n_values(d)} value(s): an lr-transfer "
@@ -412,7 +404,7 @@ def leaderboard_warnings(spec) -> list[str]:
         out.append(f"leaderboard.lr: {lb.lr} is not searched, so the table compares the sizes at one fixed learning "
                    "rate (a figure such as the tau paper's Figure 1), not an lr-transfer test: a verdict is "
                    "'inconclusive' (one lr), or 'no' for a size that does not train at that lr, never 'yes'")
-    elif brackets(spec):
+    elif search_mode(spec).brackets:
         res = spec.search.bracket.resolution_octaves
         if res > 1 + 1e-9:
             out.append(f"search.bracket.resolution_octaves: {res:g} octaves is coarser than 1 octave; optima between "
@@ -441,7 +433,7 @@ def _check_space_values(spec, ctx: Ctx) -> None:
         try:  # stops at the limit: a 10^9-point grid is refused, never enumerated
             points = spec.space.grid(base, limit=GRID_CHECK_LIMIT)
         except GridTooLarge as e:
-            if spec.search.sampler in ("grid", "bracket"):
+            if search_mode(spec).job_source:  # every point is trained: too many is an error
                 raise ctx.error(("space",), str(e)) from None
     if points is None:  # continuous or too many points to check them all: each dimension's ends and values
         points = []
@@ -449,7 +441,7 @@ def _check_space_values(spec, ctx: Ctx) -> None:
             vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
             vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
             points += [{d.key: v} for v in vals]
-    if brackets(spec):  # the learning rates bracket may add
+    if search_mode(spec).brackets:  # the learning rates bracket may add
         points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
     # a problem of the base configuration itself is reported by its own key, not once per searched point; the
     # searched values are then checked on the base with each such key removed (at its default), so that a wrong

@@ -34,7 +34,7 @@ from nas_stab import metrics
 from nas_stab.analysis.settings import settings as _settings
 from nas_stab.analysis.table import Analysis, analyze
 from nas_stab.analysis.values import fill_base, fmt_value
-from nas_stab.config.load import inner_bracket
+from nas_stab.config.mode import search_mode
 from nas_stab.config.rules import check_leaderboard, same_value
 from nas_stab.errors import RunError, SpecError
 from nas_stab.results import formats as _formats
@@ -282,9 +282,10 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
     if spec.leaderboard.lr != lr_key:
         return trials
     records = trials.to_dict("records")
-    if spec.search.sampler == "bracket":
+    mode = search_mode(spec)
+    if mode.kind == "bracket":
         ends = _replayed_ends(BracketSource(spec), records, lr_key)
-    elif inner_bracket(spec) and "outer_trial" in trials.columns:
+    elif mode.inner_bracket and "outer_trial" in trials.columns:
         ends = [""] * len(records)
         outer = pd.to_numeric(trials["outer_trial"], errors="coerce").tolist()
         by_outer: dict[int, list[int]] = {}

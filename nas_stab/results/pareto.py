@@ -22,6 +22,7 @@ import pandas as pd
 
 from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
+from nas_stab.config.mode import search_mode
 from nas_stab.results._plotbase import _figure, _plain, _png, _short_keys, _wrap
 from nas_stab.results.html_page import figure_html, html_table
 from nas_stab.search.transfer_objectives import directions
@@ -30,7 +31,7 @@ CAPTION = "Pareto front of the transfer search: each point one architecture (out
 
 
 def is_transfer(spec) -> bool:
-    return getattr(spec.search, "transfer", None) is not None
+    return search_mode(spec).transfer
 
 
 def pareto_table(a: Analysis, spec) -> pd.DataFrame:

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from nas_stab import metrics
-from nas_stab.config.load import inner_bracket
+from nas_stab.config.mode import search_mode
 from nas_stab.results.leaderboard import with_bracket_ends
 from nas_stab.results.reader import read_run
 from nas_stab.search.adaptive import todo_from_table
@@ -32,26 +32,22 @@ def status_text(run_dir: Path) -> str:
             continue
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
-    transfer_bracket = inner_bracket(spec)
-    if transfer_bracket:  # outer trials x sizes x bracketed lrs x seeds: decided as results come in
+    mode = search_mode(spec)
+    if mode.brackets or mode.adaptive:  # the total is decided as results come in
         planned = None
-    elif getattr(spec.search, "transfer", None) is not None:  # outer trials x sizes x lrs x seeds
+    elif mode.transfer:  # outer trials x sizes x lrs x seeds
         planned = spec.search.trials * len(inner_points(spec)) * len(spec.seeds)
-    elif spec.search.sampler == "grid" and getattr(spec, "seeds_more", ()):  # adaptive seeds: decided as results come in
-        planned = None
-    elif spec.search.sampler == "grid":
+    elif mode.kind == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
-    elif spec.search.sampler == "bracket":  # the total is decided as results come in
-        planned = None
     else:
         planned = spec.search.trials * len(spec.seeds)
     done = len(rows)
-    if transfer_bracket:
+    if mode.inner_bracket:
         scored = _scored_outer_trials(run_dir, spec)
         open_sweeps = spec.search.trials - scored if scored is not None else 0  # outer trials not scored yet
         lines = [f"{spec.name}: {done} runs finished; transfer search with bracket inside: "
                  f"{'?' if scored is None else scored} of {spec.search.trials} outer trials scored"]
-    elif getattr(spec, "seeds_more", ()):
+    elif mode.adaptive:
         open_sweeps = _adaptive_todo(run)
         lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
                  + (f"{open_sweeps} run(s) of the current batch to train" if open_sweeps else "every verdict decided or "
@@ -73,10 +69,10 @@ def status_text(run_dir: Path) -> str:
         lines.append(f"  running now (a nas-stab driver holds the run directory); time used {used:.1f} s"
                      + (f", ~{left:.0f} s left" if done and planned is not None and planned > done else ""))
     else:
-        if transfer_bracket:
+        if mode.inner_bracket:
             rest = (f"; {open_sweeps} outer trial(s) not scored: rerun `nas-stab run` with the same file to finish"
                     if open_sweeps else "")
-        elif getattr(spec, "seeds_more", ()):
+        elif mode.adaptive:
             rest = (f"; {open_sweeps} run(s) of the current batch not trained: rerun `nas-stab run` with the same file "
                     "to go on" if open_sweeps else "")
         elif planned is None:

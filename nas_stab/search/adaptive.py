@@ -24,7 +24,9 @@ import pandas as pd
 
 from nas_stab.analysis.settings import settings as analysis_settings
 from nas_stab.analysis.table import analyze
+from nas_stab.config.mode import search_mode
 from nas_stab.csvsafe import csv_cell
+from nas_stab.search.bracket import BracketSource
 from nas_stab.search.plan import Job
 
 _MAX_STAGES = 10_000
@@ -42,9 +44,8 @@ class AdaptiveSeeds:
         self.more = tuple(spec.seeds_more)
         self.n_max = len(spec.seeds) + len(self.more)
         self._index: dict[str, Job] = {}  # every job this source knows, by key
-        if spec.search.sampler == "bracket":
-            from nas_stab.search.bracket import BracketSource
-
+        self.mode = search_mode(spec)
+        if self.mode.kind == "bracket":
             self.inner = BracketSource(spec)
             self.suggest = self.inner.suggest
             self._stage0 = self._bracket_stage
@@ -73,7 +74,7 @@ class AdaptiveSeeds:
     def expected(self, records: Sequence[dict]) -> tuple[int, str, str]:
         """(runs at least, ">=", why), for the progress display: the first stage's (the grid, or the
         bracket's expected runs) with `seeds.min` seeds; further seeds depend on the verdicts."""
-        n = self.inner.expected_runs(records) if self.spec.search.sampler == "bracket" else len(self._grid)
+        n = self.inner.expected_runs(records) if self.mode.kind == "bracket" else len(self._grid)
         return (n if self.limit is None else min(n, self.limit)), ">=", "more seeds where a verdict needs them"
 
     # ------------------------------------------------------------ stages

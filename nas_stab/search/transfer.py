@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Sequence
 
+from nas_stab.config.mode import search_mode
 from nas_stab.search.plan import Job
 
 MAX_POINTS = 1000  # inner grid points (sizes x lrs) at most
@@ -150,9 +151,7 @@ class TransferSource:
         self.points = inner_points(spec)
         if len(self.points) > MAX_POINTS:
             raise ValueError(f"search.transfer: {len(self.points)} sizes x learning rates; at most {MAX_POINTS}")
-        from nas_stab.config.load import inner_bracket
-
-        self.bracket = inner_bracket(spec)  # each size's lr bracketed (search.transfer.inner: bracket)
+        self.bracket = search_mode(spec).inner_bracket  # each size's lr bracketed (search.transfer.inner: bracket)
         self.sizes = list(spec.space.values_of(spec.space.get(self.size_key)))
         self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
         self.outer_dims = outer_dims(spec)
