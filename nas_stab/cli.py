@@ -139,7 +139,7 @@ def _load(args, *, probe: bool = False):
     spec = load_spec(args.spec, overrides, probe=probe)
     for note in spec.notes:
         print(f"warning: {note}", file=sys.stderr)
-    from nas_stab.config.rules import leaderboard_warnings
+    from nas_stab.config.rules_leaderboard import leaderboard_warnings
 
     for w in ([] if probe else leaderboard_warnings(spec)):
         print(f"warning: {args.spec}: leaderboard: {w}", file=sys.stderr)

@@ -180,7 +180,7 @@ def test_bracket_inner_extends_with_every_seed_recorded():
     # the leaderboard's replay (on every record at once) matches every record on its sweeps' final lrs, further
     # seeds included; a record off them is an lr an earlier stage tried with the first seeds, before further
     # seeds moved that sweep's path (it still counts in the table's cells, with no bracket end of its own)
-    from nas_stab.results.leaderboard import _replayed_ends
+    from nas_stab.results.bracket_ends import _replayed_ends
     from nas_stab.search.bracket import BracketSource
 
     got = _replayed_ends(BracketSource(spec), [dict(r) for r in records], "train.lr")

@@ -134,7 +134,7 @@ def test_run_dir_made_before_this_change_still_opens(tmp_path):
 
 def test_warnings_for_few_seeds_and_a_coarse_grid(tmp_path, capsys):
     from nas_stab.config import loads_spec
-    from nas_stab.config.rules import leaderboard_warnings
+    from nas_stab.config.rules_leaderboard import leaderboard_warnings
 
     fine = SPEC.replace("seeds: 1", "seeds: 3").replace("[0.01, 0.03, 0.1]", "[0.01, 0.02, 0.04]")
     assert leaderboard_warnings(loads_spec(fine)) == []
@@ -176,7 +176,7 @@ def test_a_fixed_lr_is_a_comparison_across_sizes_and_two_lrs_an_error(tmp_path, 
     """lr left out of space: the sizes are compared at one lr (a warning says every verdict is inconclusive);
     lr searched with two values: an error naming the file, line and key (every optimum is at a grid end)."""
     from nas_stab.config import loads_spec
-    from nas_stab.config.rules import leaderboard_warnings
+    from nas_stab.config.rules_leaderboard import leaderboard_warnings
 
     fixed = SPEC.replace("seeds: 1", "seeds: 3").replace("  train.lr: [0.01, 0.03, 0.1]\n", "")
     warns = leaderboard_warnings(loads_spec(fixed))

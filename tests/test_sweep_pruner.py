@@ -98,7 +98,7 @@ def test_registered_and_checked_like_the_other_pruners():
 
 def test_lr_transfer_experiment_with_another_pruner_is_warned():
     from nas_stab.config import loads_spec
-    from nas_stab.config.rules import leaderboard_warnings
+    from nas_stab.config.rules_leaderboard import leaderboard_warnings
 
     text = """\
 name: w

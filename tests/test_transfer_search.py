@@ -331,7 +331,7 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
     # how each (architecture, size) sweep ended: the table's replay (matching trials.csv rows by their values)
     # is the search's own (its runs' keys, the outer study's exact values)
     from nas_stab.analysis.values import fmt_value
-    from nas_stab.results.leaderboard import BRACKET_END_TEXT
+    from nas_stab.results.bracket_ends import BRACKET_END_TEXT
 
     # (a sampled continuous value labels its row with the key's name: "aggregation_exponent=0.417022")
     decided = {("aggregation_exponent=" + fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]

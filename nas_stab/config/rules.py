@@ -7,8 +7,6 @@ that does not work yet fails here with "not supported yet", never silently.
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 
 from nas_stab import metrics
@@ -16,12 +14,12 @@ from nas_stab.config import hooks
 from nas_stab.config.build import Ctx
 from nas_stab.config.knobs import parse_aggregation, parse_tau
 from nas_stab.config.mode import search_mode
+from nas_stab.config.rules_leaderboard import check_leaderboard, n_values
+from nas_stab.config.rules_space import check_run_time_values, check_space_values
 from nas_stab.config.schema import BracketConfig
 from nas_stab.errors import SpecError, SpecErrors
-from nas_stab.metrics import parse_epsilon
 from nas_stab.textfmt import did_you_mean
 
-GRID_CHECK_LIMIT = 20_000
 # search.bracket's step and resolution at least this (octaves): finer points are indistinguishable from their
 # neighbours in seed noise, a sweep of them grows to its point cap, and below the bracket's own tolerance
 # (search/bracket.py _TOL, 1e-3) a new lr is one already tried
@@ -77,7 +75,7 @@ def check_config(spec, ctx: Ctx) -> None:
     dev = t.device
     if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
         raise ctx.error(("train", "device"), f"must be auto, cpu, cuda or cuda:N, got {dev!r}")
-    _check_run_time_values(spec, ctx)
+    check_run_time_values(spec, ctx)
 
     problem = hooks.first_problem("config", spec)  # the dataset's and the model's own rules (nas_stab.data, nas_stab.models)
     if problem:
@@ -102,7 +100,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> 
                   lambda: _check_storage(spec.search.storage, ctx),
                   lambda: None if stored else _check_tracking(spec, ctx),  # a run directory opens without the package
                   lambda: check_config(spec, ctx),
-                  lambda: _check_space_values(spec, ctx)):  # every searched value must make a valid configuration
+                  lambda: check_space_values(spec, ctx)):  # every searched value must make a valid configuration
         try:
             group()
         except SpecErrors as e:
@@ -162,91 +160,6 @@ def _check_runner(spec, ctx: Ctx) -> None:
             raise ctx.error(("runner", "resources", k), f"must be a number >= 0, got {v!r}")
     if r.address is not None and r.kind != "ray":
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
-
-
-def check_leaderboard(spec, ctx: Ctx, *, stored: bool = False, axes: bool = True) -> None:
-    """The rules of ``leaderboard:``: of an experiment file, and of the same values given as flags of
-    `nas-stab leaderboard` (results/leaderboard.py checks them with a Ctx that names the flags).
-    `stored`: a run directory's spec.yaml, which opens even if it predates a rule. `axes`: also the
-    rules against this spec's space (the searched sizes and lrs), which a table of several runs
-    (each may search other sizes, or none) does not follow."""
-    from nas_stab.config.load import check_key
-
-    lb = spec.leaderboard
-    for path, key in [(("leaderboard", "lr"), lb.lr), (("leaderboard", "transfer"), lb.transfer)] + [
-        (("leaderboard", "compare", i), k) for i, k in enumerate(lb.compare)
-    ]:
-        if key is None:
-            continue
-        problem = check_key(spec, key)
-        if problem:
-            raise ctx.error(path, problem)
-    if not stored:
-        _check_roles(spec, ctx)
-        if axes:
-            _check_axes(spec, ctx)
-            _check_reference(spec, ctx)
-    try:
-        parse_epsilon(lb.epsilon)
-    except ValueError as e:
-        raise ctx.error(("leaderboard", "epsilon"), str(e)) from None
-    if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
-        raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
-
-
-def is_lr_key(key: str) -> bool:
-    """Whether a dotted key holds a learning rate (``train.lr``; a future ``*_lr`` key too)."""
-    leaf = key.split(".")[-1]
-    return leaf == "lr" or leaf.endswith("_lr")
-
-
-def _check_roles(spec, ctx: Ctx) -> None:
-    """Each key of the table has one role: the lr is a learning rate, the size axis is not the lr,
-    the row labels are neither; the tolerance is a finite number of octaves; a reference size needs
-    a size axis."""
-    lb = spec.leaderboard
-    if not is_lr_key(lb.lr):
-        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is not a learning rate (the table's lr axis is train.lr)")
-    if lb.transfer is not None and lb.transfer == lb.lr:
-        raise ctx.error(("leaderboard", "transfer"), f"{lb.transfer!r} is the learning rate (leaderboard.lr): the size "
-                        "axis across which one lr should transfer must be another searched key")
-    for i, k in enumerate(lb.compare):
-        if k in (lb.lr, lb.transfer):
-            role = "the learning rate (leaderboard.lr)" if k == lb.lr else "the size axis (leaderboard.transfer)"
-            raise ctx.error(("leaderboard", "compare", i), f"{k!r} is {role}: the row labels are the other keys")
-    tol = lb.tolerance_octaves
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not tol > 0:
-        raise ctx.error(("leaderboard", "tolerance_octaves"), f"must be a finite number of octaves > 0, got {tol!r}")
-    if lb.reference is not None and lb.transfer is None:
-        raise ctx.error(("leaderboard", "reference"), f"{lb.reference!r} is a size of leaderboard.transfer, which is not set")
-
-
-def _check_reference(spec, ctx: Ctx) -> None:
-    """leaderboard.reference is one of the sizes searched (16 and 16.0 are one size)."""
-    lb = spec.leaderboard
-    ref = lb.reference
-    if ref is None or lb.transfer is None:
-        return
-    d = spec.space.get(lb.transfer)
-    if d is None:
-        return  # _check_axes names the size axis
-    if d.discrete:
-        sizes = list(spec.space.values_of(d))
-        ok = any(same_value(ref, v) for v in sizes)
-        shown = ", ".join(map(str, sizes[:20])) + (", ..." if len(sizes) > 20 else "")
-    else:
-        ok = isinstance(ref, (int, float)) and not isinstance(ref, bool) and d.low <= ref <= d.high
-        shown = f"[{d.low:g}, {d.high:g}]"
-    if not ok:
-        raise ctx.error(("leaderboard", "reference"), f"{ref!r} is not a searched size of {lb.transfer}: {shown}")
-
-
-def same_value(a, b) -> bool:
-    """16 and 16.0 are one size; a text is itself; nan is none."""
-    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    if num(a) and num(b):
-        return float(a) == float(b)
-    return type(a) is type(b) and a == b
 
 
 def _check_bracket(spec, ctx: Ctx) -> None:
@@ -332,9 +245,9 @@ def _check_transfer(spec, ctx: Ctx) -> None:
         if not d.discrete or d.when:
             raise ctx.error(("space", key), f"{what} is the inner grid of search.transfer: give it listed values "
                             "(values, grid, log_grid or int) without a when: condition")
-        if key == lb.lr and t.inner == "bracket" and _n_values(d) < 2:
+        if key == lb.lr and t.inner == "bracket" and n_values(d) < 2:
             raise ctx.error(("space", key), f"inner: bracket starts each size's sweep at the learning rates of "
-                            f"space: give it 2 starts (e.g. [0.01, 0.02]), got {_n_values(d)}")
+                            f"space: give it 2 starts (e.g. [0.01, 0.02]), got {n_values(d)}")
     outer = {d.key: d for d in spec.space if d.key not in (lb.transfer, lb.lr)}
     start = t.start if t.start is not None else []
     if not isinstance(start, list):
@@ -356,147 +269,7 @@ def _check_transfer(spec, ctx: Ctx) -> None:
                         "leaderboard.transfer (the architecture, e.g. model.aggregation_exponent: {uniform: [0, 1]}); there are none")
 
 
-def _n_values(d) -> float:
-    """How many values a searched dimension takes (inf for a continuous one)."""
-    from nas_stab.space import Space
-
-    return len(Space.values_of(d)) if d.discrete else math.inf
-
-
-def _check_axes(spec, ctx: Ctx) -> None:
-    """A transfer leaderboard needs its size axis searched with >= 2 values and its lr with >= 3:
-    one size has nothing to transfer to, and with two lrs every optimum is at the grid's end."""
-    lb = spec.leaderboard
-    if lb.transfer is None:
-        return
-    d = spec.space.get(lb.transfer)
-    if d is None or _n_values(d) < 2:
-        got = "is not searched" if d is None else f"is searched with only {_n_values(d)} value"
-        raise ctx.error(("leaderboard", "transfer"), f"{lb.transfer!r} {got}: the size axis of an lr-transfer "
-                        f"leaderboard must be a key of space: with at least 2 values")
-    d = spec.space.get(lb.lr)
-    if d is None:
-        return  # a fixed learning rate: the table compares the sizes at it (leaderboard_warnings says so)
-    if search_mode(spec).brackets:
-        return  # a coarse start: the sampler adds learning rates until each optimum is bracketed
-    if _n_values(d) < 3:
-        raise ctx.error(("leaderboard", "lr"), f"{lb.lr!r} is searched with only {_n_values(d)} value(s): an lr-transfer "
-                        f"leaderboard needs the learning rate searched with at least 3 values (with fewer, every "
-                        f"optimum lies at the grid's end); leave it out of space: to compare the sizes at one fixed lr")
-
-
-def leaderboard_warnings(spec) -> list[str]:
-    """Settings that are valid but can only give `inconclusive` verdicts (printed, not errors)."""
-    lb = spec.leaderboard
-    if lb.transfer is None:
-        return []
-    out = []
-    if len(spec.seeds) < 3:
-        out.append(f"seeds: {len(spec.seeds)} seed(s); the leaderboard needs at least 3 for a 'yes' or a drift-based "
-                   "'no', so its verdicts can only be 'inconclusive' (or 'no' for a size where no lr trains)")
-    pruner = spec.search.pruner.name
-    if pruner not in ("none", "sweep"):
-        out.append(f"search.pruner: {pruner} compares each run with every other trial, other sizes and rows included, "
-                   "and stops those that are merely slower (the table counts them as failures); "
-                   "pruner sweep compares a run only with the other learning rates of its own configuration")
-    d = spec.space.get(lb.lr)
-    if d is None:
-        out.append(f"leaderboard.lr: {lb.lr} is not searched, so the table compares the sizes at one fixed learning "
-                   "rate (a figure such as the tau paper's Figure 1), not an lr-transfer test: a verdict is "
-                   "'inconclusive' (one lr), or 'no' for a size that does not train at that lr, never 'yes'")
-    elif search_mode(spec).brackets:
-        res = spec.search.bracket.resolution_octaves
-        if res > 1 + 1e-9:
-            out.append(f"search.bracket.resolution_octaves: {res:g} octaves is coarser than 1 octave; optima between "
-                       "its points cannot be located to the tolerance, so verdicts may only be 'inconclusive'")
-    elif d is not None and d.discrete:
-        try:
-            lrs = sorted(float(v) for v in spec.space.values_of(d) if float(v) > 0)
-        except (TypeError, ValueError):
-            lrs = []
-        gaps = [math.log2(b / a) for a, b in zip(lrs, lrs[1:])]
-        if gaps and max(gaps) > 1 + 1e-9:
-            out.append(f"space.{lb.lr}: the lr grid is coarser than 1 octave (largest step {max(gaps):.2f} octaves); "
-                       "optima between grid points cannot be located to the tolerance, so verdicts may only be "
-                       "'inconclusive'")
-    return out
-
-
-def _check_space_values(spec, ctx: Ctx) -> None:
-    from nas_stab.config.load import get_key, resolve
-
-    base = lambda k: get_key(spec, k)  # noqa: E731
-    from nas_stab.space import GridTooLarge
-
-    points = None
-    if spec.space.discrete and spec.space.dims:
-        try:  # stops at the limit: a 10^9-point grid is refused, never enumerated
-            points = spec.space.grid(base, limit=GRID_CHECK_LIMIT)
-        except GridTooLarge as e:
-            if search_mode(spec).job_source:  # every point is trained: too many is an error
-                raise ctx.error(("space",), str(e)) from None
-    if points is None:  # continuous or too many points to check them all: each dimension's ends and values
-        points = []
-        for d in spec.space:
-            vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
-            vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
-            points += [{d.key: v} for v in vals]
-    if search_mode(spec).brackets:  # the learning rates bracket may add
-        points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
-    # a problem of the base configuration itself is reported by its own key, not once per searched point; the
-    # searched values are then checked on the base with each such key removed (at its default), so that a wrong
-    # searched value shows in the same report rather than once the base is fixed
-    base_problems: set = set()
-    repaired = spec
-    for _ in range(20):
-        try:
-            resolve(repaired, {d.key: base(d.key) for d in spec.space})
-            break
-        except SpecError as err:
-            errs = err.errors if isinstance(err, SpecErrors) else [err]
-            base_problems |= {(e.key, e.message) for e in errs}
-            raw = copy.deepcopy(repaired.raw)
-            if not all(e.key and _pop_path(raw, e.key.split(".")) for e in errs):
-                break
-            repaired = dataclasses.replace(repaired, raw=raw)
-    for params in points:
-        try:
-            resolve(repaired, params)
-        except SpecError as err:
-            new = [e for e in (err.errors if isinstance(err, SpecErrors) else [err]) if (e.key, e.message) not in base_problems]
-            if not new:
-                continue
-            e = new[0]
-            culprit = next((k for k in params if e.key and (e.key == k or e.key.startswith(k + "."))), None)
-            culprit = culprit or next(iter(params))
-            combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
-            raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {e.key + ': ' if e.key else ''}{e.message}") from None
-
-
-def _pop_path(data, parts: list) -> bool:
-    """Remove a dotted key from nested mappings; whether it was there."""
-    for p in parts[:-1]:
-        data = data.get(p) if isinstance(data, dict) else None
-    return isinstance(data, dict) and data.pop(parts[-1], None) is not None
-
-
 # ---------------------------------------------------------------- values that would only fail at run time
-
-
-def _check_run_time_values(spec, ctx: Ctx) -> None:
-    """The device exists, the synthetic shape is one the data can take."""
-    dev = spec.train.device
-    if dev.startswith("cuda"):
-        import torch
-
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(dev[5:]) if dev.startswith("cuda:") else 0
-        if index >= n:
-            have = f"{n} CUDA device(s)" if n else "no CUDA (torch.cuda.is_available() is False)"
-            raise ctx.error(("train", "device"), f"{dev} asked, this machine has {have}; use auto or cpu")
-    shape = spec.task.dataset.shape
-    if len(shape) not in (1, 3) or any(v < 1 for v in shape) or math.prod(shape) > 10**7:
-        raise ctx.error(("task", "dataset", "shape"), f"must be (C, H, W) or (D,) of positive sizes, at most 10^7 values; got {list(shape)}")
 
 
 def _check_storage(url, ctx: Ctx) -> None:

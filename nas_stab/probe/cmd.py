@@ -63,7 +63,7 @@ INT_MAX_VALUES = 9  # an integer range of more values is probed at 5 spread poin
 
 def probe_points(spec) -> tuple[list[dict[str, Any]], list[str]]:
     """The configurations to probe, and notes on how continuous dimensions were discretized."""
-    from nas_stab.config.rules import GRID_CHECK_LIMIT
+    from nas_stab.config.rules_space import GRID_CHECK_LIMIT
     from nas_stab.search.plan import base_lookup
     from nas_stab.space import GridTooLarge, Space
 

@@ -2,7 +2,7 @@
 
 Every table carries its provenance and says where its columns are defined
 (``docs/leaderboard.md``). The provenance is passed in as ordered
-``(field, value)`` pairs (see `nas_stab.results.leaderboard.provenance`); the
+``(field, value)`` pairs (see `nas_stab.results.provenance.provenance`); the
 settings of the analysis (metric, no-learning value, notes) are appended here.
 The display text every format shares is built in `tables.py`; the HTML page is
 `html_page.py`.

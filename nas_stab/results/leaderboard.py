@@ -22,8 +22,7 @@ Example:
 """
 from __future__ import annotations
 
-import datetime as _dt
-import math
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,18 +33,16 @@ from nas_stab import metrics
 from nas_stab.analysis.settings import settings as _settings
 from nas_stab.analysis.table import Analysis, analyze
 from nas_stab.analysis.values import fill_base, fmt_value
-from nas_stab.config.mode import search_mode
-from nas_stab.config.rules import check_leaderboard, same_value
+from nas_stab.config.rules_leaderboard import check_leaderboard, same_value
+from nas_stab.config.schema import Spec
 from nas_stab.errors import RunError, SpecError
 from nas_stab.results import formats as _formats
 from nas_stab.results import pareto as _pareto
 from nas_stab.results import plots as _plots
+from nas_stab.results.bracket_ends import with_bracket_ends
+from nas_stab.results.provenance import provenance
 from nas_stab.results.reader import Run, read_run
 from nas_stab.results.rundir import atomic_write, remove_stale_tmp
-from nas_stab.search.bracket import BracketSource
-from nas_stab.search.plan import base_lookup
-from nas_stab.search.transfer import architecture, inner_sweeps, outer_dims
-from nas_stab.textfmt import duration
 
 __all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]
 
@@ -56,119 +53,6 @@ PLOTS = {
     "divergence": "divergence map: fraction of runs diverged (size x lr), hatched where a run was stuck (completed without learning)",
     "loss_curves": "training loss over steps at each size's best lr (median over seeds, min-max band)",
 }
-
-
-def _status_counts(trials: pd.DataFrame) -> str:
-    if "status" not in trials.columns:
-        return f"{len(trials)} runs (no status column)"
-    counts = trials["status"].astype(str).value_counts()
-    parts = [f"{int(counts.get(s, 0))} {s}" for s in metrics.STATUSES]
-    parts += [f"{int(n)} {s}" for s, n in counts.items() if s not in metrics.STATUSES]
-    return f"{len(trials)} runs: " + ", ".join(parts)
-
-
-def _meta(run: Run, key: str) -> str:
-    v = run.meta.get(key)
-    return "unknown" if v is None or v == "" else str(v)
-
-
-def _seed_text(seeds: Iterable) -> str:
-    def key(x):
-        return (0, float(x), "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0.0, str(x))
-
-    return ", ".join(str(x) for x in sorted(dict.fromkeys(seeds), key=key)) or "unknown"
-
-
-def _run_names(runs: Sequence[Run]) -> list[str]:
-    """A name per run: the spec's name, or the directory when two runs share a name."""
-    names = [r.name for r in runs]
-    if len(set(names)) < len(names):
-        names = [str(r.path) for r in runs]
-    return names
-
-
-def provenance(runs: Sequence[Run], trials: pd.DataFrame, *, command: str | None = None) -> list[tuple[str, str]]:
-    """Provenance as ordered (field, value) pairs: spec name and hash, dataset and
-    subset, seeds, nas_stab version and commit, torch, hardware, dates, trials by status,
-    compute time.
-
-    With several runs every field covers all of them: a value shared by every run is
-    shown once, values that differ are listed per run (``name: value; name: value``),
-    the seeds are the union of all runs', and a ``run`` line per run repeats its own
-    hash, commit, seeds, trials by status and compute time.
-    """
-    names = _run_names(runs)
-
-    def per_run(value) -> str:
-        vals = [value(r) for r in runs]
-        if len(set(vals)) == 1:
-            return vals[0]
-        return "; ".join(f"{n}: {str(v).rstrip('.')}" for n, v in zip(names, vals))  # no ".;" after a sentence
-
-    def dataset(r: Run) -> str:
-        ds = r.spec.task.dataset
-        subset = ", ".join(f"{k}={getattr(ds, k)}" for k in ("train", "val", "test") if getattr(ds, k) is not None) or "full splits"
-        how = _meta(r, "data")  # how the splits were made, as `nas-stab run` found the data (e.g. carved from one split)
-        how = how.split(": ", 1)[1] if how.startswith(f"{ds.name}: ") else how
-        return f"{ds.name} ({subset}" + (f"; {how})" if how and how != "unknown" else ")")
-
-    items = []
-    if len(runs) == 1:
-        items.append(("spec", f"{names[0]} (hash {_meta(runs[0], 'spec_hash')})"))
-    else:
-        items.append(("spec", "; ".join(f"{n} (hash {_meta(r, 'spec_hash')})" for n, r in zip(names, runs))))
-    descs = [r.spec.description for r in runs if r.spec.description]
-    if descs:
-        items.append(("description", descs[0] if len(set(descs)) == 1 else per_run(lambda r: r.spec.description or "none")))
-    seeds = [r.seeds for r in runs]
-    seed_text = _seed_text(x for ss in seeds for x in ss)
-    if len(runs) > 1 and len({_seed_text(ss) for ss in seeds}) > 1:
-        seed_text += " (" + "; ".join(f"{n}: {_seed_text(ss)}" for n, ss in zip(names, seeds)) + ")"
-    items += [
-        ("task", per_run(lambda r: r.spec.task.kind)),
-        ("dataset", per_run(dataset)),
-        ("seeds", seed_text),
-        ("nas_stab", per_run(lambda r: f"{_meta(r, 'nas_stab_version')} (commit {_meta(r, 'git_commit')})")),
-        ("torch", per_run(lambda r: _meta(r, "torch_version"))),
-        ("python", per_run(lambda r: _meta(r, "python"))),
-        ("hardware", per_run(lambda r: _meta(r, "hardware"))),
-        ("run created", per_run(lambda r: _meta(r, "created"))),
-        ("trained by", per_run(lambda r: (f"{r.meta['command']} (commit {_meta(r, 'git_commit')})" if r.meta.get("command")
-                                          else "unknown (the run did not record its command)"))),
-    ]
-    if len(runs) > 1:
-        first_cfg = _settings(runs[0].spec)
-        differ = [n for n, r in zip(names[1:], runs[1:]) if _settings(r.spec) != first_cfg]
-        if differ:
-            items.append(("leaderboard settings", f"from {names[0]}; {', '.join(differ)} set different ones (ignored)"))
-        for n, r, ss in zip(names, runs, seeds):
-            items.append((
-                "run",
-                f"{n} ({r.path}): hash {_meta(r, 'spec_hash')}, commit {_meta(r, 'git_commit')}, "
-                f"nas_stab {_meta(r, 'nas_stab_version')}, torch {_meta(r, 'torch_version')}, "
-                f"hardware {_meta(r, 'hardware')}, created {_meta(r, 'created')}; seeds {_seed_text(ss)}; "
-                f"{_status_counts(r.trials)}; compute {_compute(r.trials, total=False)}",
-            ))
-        shared = sorted({str(x) for i, a in enumerate(seeds) for b in seeds[i + 1:] for x in set(map(str, a)) & set(map(str, b))})
-        if shared:
-            items.append(("note", f"seed(s) {', '.join(shared)} appear in more than one run: where such runs share a cell, "
-                                  "their values are averaged as one seed before the mean over seeds"))
-    items += [
-        ("trials", _status_counts(trials)),
-        ("compute", _compute(trials)),
-        ("built", _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()),
-    ]
-    if command:
-        items.append(("command", command))
-    return items
-
-
-def _compute(trials: pd.DataFrame, *, total: bool = True) -> str:
-    wall = pd.to_numeric(trials["wall_s"], errors="coerce") if "wall_s" in trials.columns else pd.Series(dtype=float)
-    wall = wall[wall.notna() & (wall.abs() != float("inf"))]
-    if not len(wall):
-        return "unknown (no wall_s)"
-    return duration(float(wall.sum()), exact=True) + (" total wall time of all runs" if total else "")
 
 
 def _read(run_dir: Path) -> Run:
@@ -265,99 +149,6 @@ def _check_same_setting(cfg: Mapping[str, Any], runs: list[Run]) -> None:
                         key="leaderboard")
 
 
-# how a bracket sweep ended (nas_stab.search.bracket.SweepEnd.end) as the table says it
-BRACKET_END_TEXT = {"running": "unfinished", "bracketed": "bracketed", "divergence wall": "divergence wall",
-                    "limit": "limit", "no lr trains": "no lr trains"}
-
-
-def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFrame:
-    """`trials` with the column ``bracket_end``: for a run searched with ``search.sampler: bracket``,
-    or a transfer search with ``search.transfer.inner: bracket`` (each outer trial's sweeps, one per
-    size), tabled by the learning rate it bracketed, how each run's sweep ended: ``bracketed``,
-    ``divergence wall``, ``limit``, ``no lr trains``, or ``unfinished`` (the search was stopped
-    before the sweep ended). The ends are replayed from the records, as the search decided them
-    (`BracketSource.report`); nothing else is read, so a run directory made before the marks were
-    shown gets them too. Other runs: `trials` unchanged."""
-    spec = run.spec
-    if spec.leaderboard.lr != lr_key:
-        return trials
-    records = trials.to_dict("records")
-    mode = search_mode(spec)
-    if mode.kind == "bracket":
-        ends = _replayed_ends(BracketSource(spec), records, lr_key)
-    elif mode.inner_bracket and "outer_trial" in trials.columns:
-        ends = [""] * len(records)
-        outer = pd.to_numeric(trials["outer_trial"], errors="coerce").tolist()
-        by_outer: dict[int, list[int]] = {}
-        for i, n in enumerate(outer):
-            if n == n:  # (not NaN)
-                by_outer.setdefault(int(n), []).append(i)
-        for n, idx in by_outer.items():
-            mine = [records[i] for i in idx]
-            # the outer trial's architecture as its runs recorded it; the replay only needs it to tell its
-            # sweeps apart (one per size) and to key their runs consistently
-            src = BracketSource(spec, sweeps=inner_sweeps(spec, _architecture(spec, mine[0], lr_key)), outer=n)
-            for i, e in zip(idx, _replayed_ends(src, mine, lr_key)):
-                ends[i] = e
-    else:
-        return trials
-    out = trials.copy()
-    out["bracket_end"] = ends
-    return out
-
-
-def _architecture(spec, record: dict, lr_key: str) -> dict:
-    """A transfer search's outer trial as one of its runs recorded it: the searched keys other than the
-    lr and the size that are active (as the search decided it: from these values and the base spec)."""
-    return architecture(outer_dims(spec, lr_key), base_lookup(spec), lambda d: record.get(d.key))
-
-
-def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
-    """Per record, how its sweep of `src` (a BracketSource) ended, as the table says it ("" when the
-    record is in none of its sweeps). `records` (trials.csv rows) get a "key" of src's."""
-    # The records' keys as this spec computes them. A key hashes the resolved configuration, and neither
-    # the stored spec (1.0 read back as 1) nor trials.csv (learning rates to 6 digits) reproduce the
-    # search's exactly; so each record is matched to its sweep by its values, to the sweep's learning
-    # rates (start, then each round the replay reaches) within 1e-4 octave, and to its seed.
-    keysets: dict[tuple, dict[tuple, int]] = {}
-    for i, (rest, _) in enumerate(src.sweeps):
-        keysets.setdefault(tuple(sorted(rest)), {})[tuple(fmt_value(rest[k]) for k in sorted(rest))] = i
-    where: list[tuple[int, float] | None] = []  # per record: (sweep, log2 lr)
-    for r in records:
-        lr = pd.to_numeric(r.get(lr_key), errors="coerce")
-        hit = None
-        if lr == lr and lr > 0:
-            for names, sweeps in keysets.items():
-                i = sweeps.get(tuple(fmt_value(r.get(k)) for k in names))
-                if i is not None:
-                    hit = (i, math.log2(float(lr)))
-                    break
-        where.append(hit)
-    known: dict[int, set[float]] = {i: set(lrs) for i, (_, lrs) in enumerate(src.sweeps)}
-    keys: list[str | None] = [None] * len(records)
-    for _ in range(10_000):  # one pass per round of the longest sweep
-        for n, (r, w) in enumerate(zip(records, where)):
-            if w is None or keys[n] is not None:
-                continue
-            exact = next((x for x in known[w[0]] if abs(math.log2(x) - w[1]) < 1e-4), None)
-            if exact is not None:
-                keys[n] = next((j.key for j in src.all_jobs(w[0], exact, 0) if str(j.seed) == str(r.get("seed"))), None)
-            r["key"] = keys[n] if keys[n] is not None else f"unmatched-{n}"
-        ends = src.report(records)
-        grew = False
-        for i, e in enumerate(ends):
-            grew |= not set(e.lrs) <= known[i]
-            known[i] |= set(e.lrs)
-        if not grew:
-            break
-    by_key: dict[str, str] = {}
-    for i, end in enumerate(ends):
-        for k, lr in enumerate(end.lrs):
-            for job in src.all_jobs(i, lr, k):
-                by_key[job.key] = BRACKET_END_TEXT.get(end.end, end.end)
-    return [by_key.get(k, "") if k is not None else "" for k in keys]
-
-
 FLAGS = {"lr": "--lr", "transfer": "--transfer", "compare": "--compare", "metric": "--metric",
          "reference": "--reference", "tolerance_octaves": "--tolerance"}
 
@@ -393,10 +184,8 @@ def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> No
         over["compare"] = tuple(x.strip() for x in c.split(",") if x.strip()) if isinstance(c, str) else tuple(c)
     spec = runs[0].spec
     spec = dataclasses.replace(spec, leaderboard=dataclasses.replace(spec.leaderboard, **over))
-    try:
+    with contextlib.suppress(_Unchanged):  # the stored settings predate a rule; what the flags set was checked up to there
         check_leaderboard(spec, _FlagCtx(over), axes=len(runs) == 1)
-    except _Unchanged:
-        pass  # the stored settings predate a rule; what the flags set was checked up to there
     ref, key = spec.leaderboard.reference, spec.leaderboard.transfer
     if len(runs) > 1 and "reference" in over and key:
         sizes = {v for r in runs for v in (r.trials[key].dropna().tolist() if key in r.trials.columns else [r.stored(key)])}
@@ -468,70 +257,90 @@ def build_leaderboard(
     """
     run_dirs = [Path(d) for d in run_dirs]
     fmts = _parse_formats(formats)
-    if not run_dirs:
-        raise RunError("no run directory given")
-    if out_dir is None:
-        if len(run_dirs) > 1:
-            raise RunError("several run directories given: say where the combined leaderboard goes with --out DIR")
-        out_dir = run_dirs[0]
-    out = Path(out_dir)
-    command = "nas-stab leaderboard " + " ".join(str(d) for d in run_dirs) + f" --format {','.join(fmts)}"
-    if len(run_dirs) > 1 or out != run_dirs[0]:
-        command += f" --out {out}"
-    for k, v in (overrides or {}).items():
-        if v is not None:
-            command += f" --{k} {','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+    out = _out_dir(run_dirs, out_dir)
+    command = _command(run_dirs, out, fmts, overrides)
     a, prov, runs = load_analysis(run_dirs, n_boot=n_boot, command=command, overrides=overrides)
     plots_dir = out / "plots"
     if plots and (plots_dir.is_symlink() or plots_dir.exists() and not plots_dir.is_dir()):
         raise RunError(f"{plots_dir}: a symbolic link or a file; the leaderboard writes its figures only into a "
                        "plots/ directory of its own: move it aside")
     remove_stale_tmp([out, plots_dir])  # left by a killed leaderboard
-    written: dict[str, Path] = {}
-
-    pngs: dict[str, bytes] = {}
-    links: dict[str, str] = {}
     transfer_spec = runs[0].spec if _pareto.is_transfer(runs[0].spec) else None
-    if plots and transfer_spec is not None:
+    written: dict[str, Path] = {}
+    pngs: dict[str, bytes] = {}  # caption -> PNG
+    links: dict[str, str] = {}  # caption -> path under out_dir
+    if plots:
+        _write_figures(a, runs, transfer_spec, out, written, pngs, links)
+    for fmt in fmts:
+        _write_format(fmt, a, prov, transfer_spec, out, written, pngs, links)
+    return written
+
+
+def _out_dir(run_dirs: list[Path], out_dir: str | Path | None) -> Path:
+    if not run_dirs:
+        raise RunError("no run directory given")
+    if out_dir is None:
+        if len(run_dirs) > 1:
+            raise RunError("several run directories given: say where the combined leaderboard goes with --out DIR")
+        return run_dirs[0]
+    return Path(out_dir)
+
+
+def _command(run_dirs: list[Path], out: Path, fmts: list[str], overrides: Mapping[str, Any] | None) -> str:
+    """The `nas-stab leaderboard` command that rebuilds this table (the provenance prints it)."""
+    command = "nas-stab leaderboard " + " ".join(str(d) for d in run_dirs) + f" --format {','.join(fmts)}"
+    if len(run_dirs) > 1 or out != run_dirs[0]:
+        command += f" --out {out}"
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            command += f" --{k} {','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+    return command
+
+
+def _write_figures(a: Analysis, runs: Sequence[Run], transfer_spec: Spec | None, out: Path, written: dict[str, Path],
+                   pngs: dict[str, bytes], links: dict[str, str]) -> None:
+    """plots/*.png (the Pareto front first for a transfer search), recorded in `written`, `pngs` and `links`."""
+    if transfer_spec is not None:
         png = _pareto.pareto_plot(a, transfer_spec)
         if png is not None:
             written["plot:pareto"] = atomic_write(out / "plots" / "pareto.png", png)
             pngs[_pareto.CAPTION] = png
             links[_pareto.CAPTION] = "plots/pareto.png"
-    if plots:
-        history = {str(i): r.path / "history" for i, r in enumerate(runs)}
-        figures = {
-            "lr_transfer": lambda: _plots.transfer_plot(a),
-            "optimum_transfer": lambda: _plots.optimum_plot(a),
-            "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)),
-            "divergence": lambda: _plots.divergence_plot(a, "diverged_why" if "diverged_why" in a.records.columns else None),
-            "loss_curves": lambda: _plots.loss_curve_plot(a, _plots.loss_curves(a, history)),
-        }
-        for name, draw in figures.items():
-            png = draw()
-            if png is None:
-                continue
-            written[f"plot:{name}"] = atomic_write(out / "plots" / f"{name}.png", png)
-            pngs[PLOTS[name]] = png
-            links[PLOTS[name]] = f"plots/{name}.png"
+    history = {str(i): r.path / "history" for i, r in enumerate(runs)}
+    figures = {
+        "lr_transfer": lambda: _plots.transfer_plot(a),
+        "optimum_transfer": lambda: _plots.optimum_plot(a),
+        "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)),
+        "divergence": lambda: _plots.divergence_plot(a, "diverged_why" if "diverged_why" in a.records.columns else None),
+        "loss_curves": lambda: _plots.loss_curve_plot(a, _plots.loss_curves(a, history)),
+    }
+    for name, draw in figures.items():
+        png = draw()
+        if png is None:
+            continue
+        written[f"plot:{name}"] = atomic_write(out / "plots" / f"{name}.png", png)
+        pngs[PLOTS[name]] = png
+        links[PLOTS[name]] = f"plots/{name}.png"
 
-    for fmt in fmts:
-        sections: list[str] = []
-        html_pngs = pngs
-        if fmt == "html" and transfer_spec is not None:  # the Pareto section holds its plot (embedded once)
-            sections = [_pareto.pareto_html(a, transfer_spec, png=pngs.get(_pareto.CAPTION))]
-            html_pngs = {k: v for k, v in pngs.items() if k != _pareto.CAPTION}
-        text = _formats.render(fmt, a, prov, plots_png=html_pngs, plots_paths=links, html_sections=sections)
-        if fmt == "md" and transfer_spec is not None:
-            text = _with_pareto(text, _pareto.pareto_markdown(a, transfer_spec, plot_path=links.get(_pareto.CAPTION)))
-        written[fmt] = atomic_write(out / f"leaderboard.{fmt}", text)
-        if fmt == "csv":
-            written["cells_csv"] = atomic_write(out / "leaderboard_cells.csv", _formats.to_cells_csv(a, prov))
-            written["sizes_csv"] = atomic_write(out / "leaderboard_sizes.csv", _formats.to_sizes_csv(a))
-            written["provenance"] = atomic_write(out / "leaderboard_provenance.txt", _formats.provenance_text(a, prov))
-            if transfer_spec is not None:
-                written["pareto_csv"] = atomic_write(out / "pareto.csv", _pareto.pareto_csv(a, transfer_spec))
-    return written
+
+def _write_format(fmt: str, a: Analysis, prov: list[tuple[str, str]], transfer_spec: Spec | None, out: Path,
+                  written: dict[str, Path], pngs: dict[str, bytes], links: dict[str, str]) -> None:
+    """leaderboard.<fmt> (with csv: the cells, sizes and provenance sidecars, and pareto.csv)."""
+    sections: list[str] = []
+    html_pngs = pngs
+    if fmt == "html" and transfer_spec is not None:  # the Pareto section holds its plot (embedded once)
+        sections = [_pareto.pareto_html(a, transfer_spec, png=pngs.get(_pareto.CAPTION))]
+        html_pngs = {k: v for k, v in pngs.items() if k != _pareto.CAPTION}
+    text = _formats.render(fmt, a, prov, plots_png=html_pngs, plots_paths=links, html_sections=sections)
+    if fmt == "md" and transfer_spec is not None:
+        text = _with_pareto(text, _pareto.pareto_markdown(a, transfer_spec, plot_path=links.get(_pareto.CAPTION)))
+    written[fmt] = atomic_write(out / f"leaderboard.{fmt}", text)
+    if fmt == "csv":
+        written["cells_csv"] = atomic_write(out / "leaderboard_cells.csv", _formats.to_cells_csv(a, prov))
+        written["sizes_csv"] = atomic_write(out / "leaderboard_sizes.csv", _formats.to_sizes_csv(a))
+        written["provenance"] = atomic_write(out / "leaderboard_provenance.txt", _formats.provenance_text(a, prov))
+        if transfer_spec is not None:
+            written["pareto_csv"] = atomic_write(out / "pareto.csv", _pareto.pareto_csv(a, transfer_spec))
 
 
 def leaderboard_markdown(run_dir: str | Path, *, n_boot: int = 1000, overrides: Mapping[str, Any] | None = None) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nas_stab import metrics
 from nas_stab.config.mode import search_mode
-from nas_stab.results.leaderboard import with_bracket_ends
+from nas_stab.results.bracket_ends import with_bracket_ends
 from nas_stab.results.reader import read_run
 from nas_stab.search.adaptive import todo_from_table
 from nas_stab.search.bracket import BracketSource
@@ -126,7 +126,7 @@ def _adaptive_todo(run) -> int:
 
 def _open_sweeps(run) -> int:
     """The bracket sweeps (configurations of the keys other than the learning rate) that have not ended,
-    replayed from the records as the leaderboard does (`leaderboard.with_bracket_ends`)."""
+    replayed from the records as the leaderboard does (`bracket_ends.with_bracket_ends`)."""
     total = len(BracketSource(run.spec).sweeps)
     trials = run.trials
     if trials is None or len(trials) == 0:

@@ -175,7 +175,7 @@ def todo_from_table(spec, records: Sequence[dict]) -> list[Job] | None:
     trials.csv with the run directory's stored spec (`nas-stab status`). Its configurations' keys need not be the
     search's (the stored spec reads 1.0 back as 1, trials.csv keeps lrs to 6 digits), so every record is matched
     to the job of the same values and seed (an lr within 1e-4 octave), stage by stage, as the leaderboard matches
-    a bracket's records (`leaderboard._replayed_ends`)."""
+    a bracket's records (`results.bracket_ends._replayed_ends`)."""
     import math
 
     from nas_stab.analysis.values import fmt_value

@@ -1,0 +1,87 @@
+"""The searched values' rules: every point of the space must make a valid configuration (checked on a
+sample of at most GRID_CHECK_LIMIT points), and values read at run time are checked where they are read."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+from nas_stab.config.build import Ctx
+from nas_stab.config.mode import search_mode
+from nas_stab.errors import SpecError, SpecErrors
+
+GRID_CHECK_LIMIT = 20_000
+
+
+def check_space_values(spec, ctx: Ctx) -> None:
+    from nas_stab.config.load import get_key, resolve
+
+    base = lambda k: get_key(spec, k)  # noqa: E731
+    from nas_stab.space import GridTooLarge
+
+    points = None
+    if spec.space.discrete and spec.space.dims:
+        try:  # stops at the limit: a 10^9-point grid is refused, never enumerated
+            points = spec.space.grid(base, limit=GRID_CHECK_LIMIT)
+        except GridTooLarge as e:
+            if search_mode(spec).job_source:  # every point is trained: too many is an error
+                raise ctx.error(("space",), str(e)) from None
+    if points is None:  # continuous or too many points to check them all: each dimension's ends and values
+        points = []
+        for d in spec.space:
+            vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
+            vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
+            points += [{d.key: v} for v in vals]
+    if search_mode(spec).brackets:  # the learning rates bracket may add
+        points = points + [{spec.leaderboard.lr: v} for v in spec.search.bracket.lr_limits]
+    # a problem of the base configuration itself is reported by its own key, not once per searched point; the
+    # searched values are then checked on the base with each such key removed (at its default), so that a wrong
+    # searched value shows in the same report rather than once the base is fixed
+    base_problems: set = set()
+    repaired = spec
+    for _ in range(20):
+        try:
+            resolve(repaired, {d.key: base(d.key) for d in spec.space})
+            break
+        except SpecError as err:
+            errs = err.errors if isinstance(err, SpecErrors) else [err]
+            base_problems |= {(e.key, e.message) for e in errs}
+            raw = copy.deepcopy(repaired.raw)
+            if not all(e.key and _pop_path(raw, e.key.split(".")) for e in errs):
+                break
+            repaired = dataclasses.replace(repaired, raw=raw)
+    for params in points:
+        try:
+            resolve(repaired, params)
+        except SpecError as err:
+            new = [e for e in (err.errors if isinstance(err, SpecErrors) else [err]) if (e.key, e.message) not in base_problems]
+            if not new:
+                continue
+            e = new[0]
+            culprit = next((k for k in params if e.key and (e.key == k or e.key.startswith(k + "."))), None)
+            culprit = culprit or next(iter(params))
+            combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
+            raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {e.key + ': ' if e.key else ''}{e.message}") from None
+
+
+def _pop_path(data, parts: list) -> bool:
+    """Remove a dotted key from nested mappings; whether it was there."""
+    for p in parts[:-1]:
+        data = data.get(p) if isinstance(data, dict) else None
+    return isinstance(data, dict) and data.pop(parts[-1], None) is not None
+
+
+def check_run_time_values(spec, ctx: Ctx) -> None:
+    """The device exists, the synthetic shape is one the data can take."""
+    dev = spec.train.device
+    if dev.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(dev[5:]) if dev.startswith("cuda:") else 0
+        if index >= n:
+            have = f"{n} CUDA device(s)" if n else "no CUDA (torch.cuda.is_available() is False)"
+            raise ctx.error(("train", "device"), f"{dev} asked, this machine has {have}; use auto or cpu")
+    shape = spec.task.dataset.shape
+    if len(shape) not in (1, 3) or any(v < 1 for v in shape) or math.prod(shape) > 10**7:
+        raise ctx.error(("task", "dataset", "shape"), f"must be (C, H, W) or (D,) of positive sizes, at most 10^7 values; got {list(shape)}")
