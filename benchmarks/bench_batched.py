@@ -151,7 +151,8 @@ class Stacked:
     `measure=False` is the bare arithmetic: no divergence checks, validations or snapshots.
     """
 
-    def __init__(self, spec, seeds: list[int], lrs: list[float], device=torch.device("cpu"), measure: bool = True):
+    def __init__(self, spec, seeds: list[int], lrs: list[float], device: torch.device | None = None, measure: bool = True):
+        device = device or torch.device("cpu")
         keep_freed_memory()  # as train_run
         self.spec, self.measure = spec, measure
         t, st = spec.train, spec.stability
@@ -370,7 +371,7 @@ class Stacked:
             if self.measure:
                 vals = losses.detach().tolist()
                 for j, (i, v) in enumerate(zip(self.alive, vals)):
-                    if self.rules[i].check(v, step, explain=lambda: explain_nonfinite(self._load(j), self.task, (x[j], y[j]))):
+                    if self.rules[i].check(v, step, explain=lambda j=j, x=x, y=y: explain_nonfinite(self._load(j), self.task, (x[j], y[j]))):
                         stop.append(j)
                         continue
                     self.spikes[i].add(v, step)
@@ -400,7 +401,7 @@ class Stacked:
                 for j, (i, ev) in enumerate(zip(self.alive, self.evaluate("val"))):
                     if any(not math.isfinite(v) for v in ev.values()):
                         self.rules[i].check_finite(math.nan, step, "validation metric",
-                                                   explain=lambda: explain_nonfinite(self._load(j), self.task,
+                                                   explain=lambda j=j: explain_nonfinite(self._load(j), self.task,
                                                                                      self.task.probe_batch, offset=0))
                         stop.append(j)
                         continue
@@ -475,7 +476,7 @@ def separate_runs(cfg, seeds, lrs, *, bare: bool = False, capture: bool = False,
         built = []
         orig = loop_mod.build_model
 
-        def build(*a, **k):  # the model train_run builds: to read its final parameters, or to perturb it
+        def build(*a, orig=orig, built=built, **k):  # the model train_run builds: to read its final parameters, or to perturb it
             m = orig(*a, **k)
             if perturb:
                 with torch.no_grad():
@@ -613,9 +614,9 @@ def breakdown(a) -> None:
     spec, _ = case_spec(a)
     torch.set_num_threads(1)
     seeds = list(spec.seeds)
-    variants = {"loop": lambda c, l: separate_runs(c, seeds, l), "stacked": lambda c, l: stacked_runs(c, seeds, l),
-                "loop-bare": lambda c, l: separate_runs(c, seeds, l, bare=True),
-                "stacked-bare": lambda c, l: stacked_runs(c, seeds, l, bare=True)}
+    variants = {"loop": lambda c, lrs: separate_runs(c, seeds, lrs), "stacked": lambda c, lrs: stacked_runs(c, seeds, lrs),
+                "loop-bare": lambda c, lrs: separate_runs(c, seeds, lrs, bare=True),
+                "stacked-bare": lambda c, lrs: stacked_runs(c, seeds, lrs, bare=True)}
     with reuse_loaded():
         for cfg, lrs in configurations(spec):
             name = ", ".join(f"{k}={cfg.raw['model'][k]}" for k in ("branches", "aggregation", "width"))

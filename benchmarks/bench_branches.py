@@ -116,10 +116,8 @@ def timed(fns: dict, steps: int, warmup: int = 3) -> dict:
 
 def build(kind: str, cin: int, hidden: int, C: int, norm: str, seed: int = 0) -> MultiBranch:
     torch.manual_seed(seed)
-    if kind == "mlp":
-        layers = [(0, hidden, 1), (0, cin, 1)]
-    else:
-        layers = [(3, hidden, 1), (3, cin, 1)]
+    k = 0 if kind == "mlp" else 3  # kernel size: 0 = linear layers
+    layers = [(k, hidden, 1), (k, cin, 1)]
     return MultiBranch(cin, layers, C=C, alpha=C ** -0.5, norm=norm)
 
 
@@ -239,7 +237,8 @@ def main(argv=None) -> None:
         flops = block_flops(kind, x, cin, total // 16, 16)
         ideal = flops / peak
         print(f"   FLOP bound: {flops / 1e6:.0f} MFLOP per step = {ideal * 1e3:.2f} ms at the matmul peak; loop(C=16) / that = "
-              f"{loop16 / ideal:.2f} (about the most any implementation could gain over the loop{'; oneDNN convolutions can beat the MKL matmul peak' if kind == 'cnn' else ''})")
+              f"{loop16 / ideal:.2f} (about the most any implementation could gain over the loop"
+              f"{'; oneDNN convolutions can beat the MKL matmul peak' if kind == 'cnn' else ''})")
         if many / one > 2 or loop16 / many < 3:
             explain(kind, x, cin, total, norm, one, args.steps)
         print()

@@ -129,8 +129,8 @@ def _bench(a, tmp: Path) -> int:
     # 2. in-process breakdown
     import pandas as pd
 
-    from nas_stab.results import formats, plots
     from nas_stab.analysis.table import analyze
+    from nas_stab.results import formats, plots
     from nas_stab.results.leaderboard import load_analysis
 
     t0 = time.perf_counter()
@@ -155,7 +155,7 @@ def _bench(a, tmp: Path) -> int:
     t0 = time.perf_counter()
     analyze(trials, lr="train.lr", transfer="model.branches", compare=["model.aggregation"], metric="val_acc", n_boot=0)
     print(f"   analysis without bootstrap: {time.perf_counter() - t0:.2f} s")
-    print(f"load average at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
 
 

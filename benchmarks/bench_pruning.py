@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     met = s_pruned <= 0.5 * s_full and (bp == bf or (math.isfinite(spread) and gap <= spread))
     print(f"=> {verdict}; target {'met' if met else 'NOT met'}")
     print(f"run directories: {full_dir}, {pruned_dir}; load average at the end "
-          f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
 
 

@@ -227,7 +227,7 @@ def data_load(args) -> None:
             for key, fn in (settings if rnd % 2 == 0 else settings[::-1]):
                 times = tempfile.mkdtemp(prefix="nas-bench-times-")
                 run_fn = functools.partial(fn, times=times)
-                _, s = timed_run(spec, lambda sp, rd, **kw: run_ray(sp, rd, run_fn=run_fn, **kw))
+                _, s = timed_run(spec, lambda sp, rd, run_fn=run_fn, **kw: run_ray(sp, rd, run_fn=run_fn, **kw))
                 steady[key].append(s)
                 worker[key] += [float(x) for p in Path(times).iterdir() for x in p.read_text().split()]
                 shutil.rmtree(times, ignore_errors=True)

@@ -296,7 +296,7 @@ def _bench(a, tmp: Path) -> int:
         walls = [r[0] for r in res[v]]
         steady = []
         train = []
-        for wall, done, recs in res[v]:
+        for _wall, done, recs in res[v]:
             n = len(done)
             steady.append((done[-1] - done[0]) / (n - 1) if n > 1 else float("nan"))
             # the trials finished after the first one: their mean time in the training function
@@ -350,7 +350,7 @@ def _bench(a, tmp: Path) -> int:
     for r in res[base][0][2]:
         states[r["state"]] = states.get(r["state"], 0) + 1
     print(f"trial states ({variants[base][0]}): {states}")
-    print(f"load average at the end: {os.getloadavg()[0]:.2f} (uptime: {open('/proc/loadavg').read().split()[:3]})")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (uptime: {Path('/proc/loadavg').read_text().split()[:3]})")
     return 0
 
 

@@ -29,10 +29,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nas_stab.analysis.intervals import widen_replicates  # noqa: E402
 from nas_stab.config import loads_spec  # noqa: E402
 from nas_stab.models import build_model  # noqa: E402
 from nas_stab.models.parametrization import LR_MULT  # noqa: E402
-from nas_stab.analysis.intervals import widen_replicates  # noqa: E402
 from nas_stab.tasks import load_task  # noqa: E402
 from nas_stab.training.optim import build_optimizer  # noqa: E402
 from nas_stab.training.step import train_step  # noqa: E402

@@ -206,7 +206,7 @@ def _bench(a, kinds, tmp: Path) -> int:
         st = studies[k][0].get_trials(deepcopy=False)
         states[k] = f"{sum(t.state == TrialState.COMPLETE for t in st)} complete / {sum(t.state == TrialState.PRUNED for t in st)} pruned"
     print("  trial states: " + "; ".join(f"{k} {v}" for k, v in states.items()))
-    print(f"load average at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
 
 

@@ -73,7 +73,7 @@ def main() -> None:
 
     def train_steps(n, ctx=None):
         rates, tgt_rates, times = [], [], []
-        for i in range(n):
+        for _ in range(n):
             b = next(it)
             t = time.perf_counter()
             if ctx is not None:

@@ -121,11 +121,12 @@ def main() -> None:
                 out = {v: work / f"out-{v}-{threads}-{i}" for v in VARIANTS[:2]}
                 for o in out.values():
                     shutil.rmtree(o, ignore_errors=True)
-                cmds = {
-                    "defaults": lambda: timed([*nas, str(spec), "--out", str(out["defaults"]), *sets], env, work / f"nas-{threads}.log"),
-                    "harness": lambda: timed([*nas, str(spec), "--out", str(out["harness"]), *LEAN, *sets], env, work / f"lean-{threads}.log"),
-                    "hand": lambda: timed([sys.executable, a.hand, str(spec)], env, work / f"hand-{threads}.log"),
+                commands = {
+                    "defaults": ([*nas, str(spec), "--out", str(out["defaults"]), *sets], work / f"nas-{threads}.log"),
+                    "harness": ([*nas, str(spec), "--out", str(out["harness"]), *LEAN, *sets], work / f"lean-{threads}.log"),
+                    "hand": ([sys.executable, a.hand, str(spec)], work / f"hand-{threads}.log"),
                 }
+                cmds = {v: (lambda cmd=cmd, log=log, env=env: timed(cmd, env, log)) for v, (cmd, log) in commands.items()}
                 order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
                 got = {v: cmds[v]() for v in order}
                 m, tr = recorded(out["defaults"])

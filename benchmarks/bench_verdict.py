@@ -370,7 +370,7 @@ def main(argv=None) -> int:
         print("\n".join(lines), flush=True)
         print(flush=True)
     print(f"total {time.perf_counter() - t_all:.0f} s; load average at the end "
-          f"{' '.join(open('/proc/loadavg').read().split()[:3])}; run directories under {out}")
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}; run directories under {out}")
     return 0 if ok else 1
 
 
