@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
+from conftest_ray import rows, run_local_text, run_ray_text, spec_text, without_timing
 
 DATA = Path(__file__).parent / "data" / "driver"
 FAST = {"threads": 1, "steps": 10, "eval_every": 5}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from conftest import TINY
-from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
+from conftest_ray import rows, run_local_text, run_ray_text, spec_text, without_timing
 
 
 @pytest.fixture(scope="module", autouse=True)
