@@ -164,7 +164,7 @@ class OptunaBridge:
         live.trial.results = [(res, tb) for res, tb, _ in results]
         self.driver.finish(live.trial)  # the records reach disk before Optuna is told
 
-    def _synthesize(self, live: Live, error: bool):  # noqa: ARG002 (error: the only other case)
+    def _synthesize(self, live: Live, error: bool):  # error: the only other case
         """The record of a run that ended without sending its RunResult."""
         from nas_stab.training.loop import RunResult
 
