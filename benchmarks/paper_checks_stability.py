@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_stability_papers import rms_over_seeds, slope, snap  # noqa: E402
+from test_stability_papers import rms_over_seeds, slope, snap
 
 
 def _row(name, vals):

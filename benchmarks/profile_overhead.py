@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_overhead import hand_written  # noqa: E402
+from bench_overhead import hand_written
 
-from nas_stab.config import loads_spec  # noqa: E402
-from nas_stab.training import train_run  # noqa: E402
+from nas_stab.config import loads_spec
+from nas_stab.training import train_run
 
 SPEC = """\
 name: profile

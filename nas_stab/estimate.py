@@ -183,7 +183,7 @@ def estimate_cost(spec, runs: int, *, timed: bool = True, startup_s: float | Non
             try:
                 pool_s, round_s = _pool_rounds(spec, runs_of[0][3], c)
                 costs = dataclasses.replace(costs, pool_s=pool_s, parallel=c * runs_of[0][2] / round_s)
-            except Exception:  # noqa: BLE001 - modelled instead (wall_model)
+            except Exception:  # modelled instead (wall_model)
                 pass
 
     def at(proxy: float, pick) -> float:
@@ -474,7 +474,7 @@ def measure_costs(spec, startup_s: float, warmup_s: float, lo_result=None) -> Co
     busy = _busy_cores(cores)
     try:
         open_s, book_s, end_s = _bookkeeping(spec, lo_result)
-    except Exception:  # noqa: BLE001 - an estimate must not fail validate: a typical machine's figures
+    except Exception:  # an estimate must not fail validate: a typical machine's figures
         open_s, book_s, end_s = 0.5, 0.03, 0.5
     return Costs(startup_s, warmup_s, open_s, book_s, end_s, cores, busy)
 
@@ -527,7 +527,7 @@ def _bookkeeping(spec, result) -> tuple[float, float, float]:
             t2 = time.perf_counter()
             try:
                 build_leaderboard([rd.path], formats=("md",), plots=False, out_dir=os.path.join(tmp, "lb"))
-            except Exception:  # noqa: BLE001 - a table of a few runs may not be analysable: the time so far counts
+            except Exception:  # a table of a few runs may not be analysable: the time so far counts
                 pass
             t3 = time.perf_counter()
     return t1 - t0, (t2 - t1) / max(1, ex.n), t3 - t2

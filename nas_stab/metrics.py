@@ -71,14 +71,6 @@ def value_range(metric: str) -> tuple[float, float]:
     return 0.0, float("inf")
 
 
-def worst_value(metric: str, loss_threshold: float | None = None) -> float:
-    """The value a diverged or failed run (or a pruned run that recorded no value) counts with in a
-    leaderboard, before clamping to the no-learning value (docs/leaderboard.md)."""
-    if metric in MAXIMIZE:
-        return 0.0
-    return float("inf") if loss_threshold is None else float(loss_threshold)
-
-
 def parse_epsilon(value) -> tuple[float | None, float | None]:
     """(relative share, absolute value) of a ``leaderboard.epsilon``: ``"2%"`` -> (0.02, None), ``0.01`` ->
     (None, 0.01). Raises ValueError on anything else (negative, not finite, not a number or a percentage)."""

@@ -10,6 +10,10 @@ os.environ.setdefault("NAS_STAB_CACHE", str(ROOT / ".cache-test"))
 # before any test starts gRPC (Ray Client, Ray): see nas_stab.search.ray_loopback.no_grpc_fork_handlers
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+# the Ray and PostgreSQL fixtures (ray_local, ray_two_nodes, ray_client_head, postgres_url) for every test
+# module, without importing them; its helpers (spec_text, rows, ...) are imported as usual
+pytest_plugins = ["conftest_ray"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _threads():

@@ -1,9 +1,9 @@
-"""Shared pieces of the Ray runner tests (imported by tests/test_ray_*.py).
+"""Shared pieces of the Ray runner tests (tests/test_ray_*.py and others).
 
 Ray clusters here are small (1-2 CPUs per node), on loopback only, and always
-shut down. A test module imports the fixtures it needs:
-
-    from conftest_ray import ray_local, postgres_url  # noqa: F401 (fixtures)
+shut down. The fixtures (ray_local, ray_two_nodes, ray_client_head, postgres_url)
+reach every test module through tests/conftest.py (`pytest_plugins`): a test asks
+for them by name and imports only the helpers (spec_text, rows, run_ray_text, ...).
 """
 from __future__ import annotations
 

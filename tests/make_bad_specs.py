@@ -82,7 +82,7 @@ def main() -> None:
                 val = "'mean'"
             body = GOOD.get(sec, "") + f"  {f.name}: {val}\n"
             if sec in ("model", "train") and f.name in GOOD[sec]:
-                body = "".join(l + "\n" for l in GOOD[sec].splitlines() if not l.strip().startswith(f.name + ":")) + f"  {f.name}: {val}\n"
+                body = "".join(line + "\n" for line in GOOD[sec].splitlines() if not line.strip().startswith(f.name + ":")) + f"  {f.name}: {val}\n"
             add(f"type-{sec}-{f.name}", f"{sec}.{f.name}", base(**{sec: body}))
     # 3. out of range
     for sec, cls in sections.items():
@@ -97,7 +97,7 @@ def main() -> None:
                     if op == "lt":
                         v = bound
                     body = GOOD.get(sec, "")
-                    body = "".join(l + "\n" for l in body.splitlines() if not l.strip().startswith(f.name + ":"))
+                    body = "".join(line + "\n" for line in body.splitlines() if not line.strip().startswith(f.name + ":"))
                     add(f"range-{sec}-{f.name}-{op}", f"{sec}.{f.name}", base(**{sec: body + f"  {f.name}: {v}\n"}))
     # 4. conflicting knobs and cross-field rules
     conflicts = [
@@ -185,7 +185,8 @@ def main() -> None:
         ("when-not-mapping", "space.model.depth.when", "space:\n  model.depth: {values: [2], when: yes}\n"),
         ("when-unknown-key", "space.model.depth.when.model.wdth", "space:\n  model.depth: {values: [2], when: {model.wdth: 3}}\n"),
         ("when-self", "space.model.depth.when.model.depth", "space:\n  model.depth: {values: [2], when: {model.depth: 2}}\n"),
-        ("when-cycle", "space.model.depth.when", "space:\n  model.depth: {values: [2, 3], when: {model.width: 16}}\n  model.width: {values: [16], when: {model.depth: 2}}\n"),
+        ("when-cycle", "space.model.depth.when",
+         "space:\n  model.depth: {values: [2, 3], when: {model.width: 16}}\n  model.width: {values: [16], when: {model.depth: 2}}\n"),
         ("scalar", "space.train.lr", "space:\n  train.lr: 0.1\n"),
     ]
     for name, expect, tail in spaces:
@@ -255,7 +256,8 @@ def main() -> None:
     for shape in ("[-1, 8, 8]", "[0, 8, 8]", "[8, 8]", "[100000, 1000, 1000]"):
         add(f"synthetic-shape-{zlib.crc32(shape.encode()) % 10**6:06d}", "task.dataset.shape", base(task=f"  dataset: {{name: synthetic, shape: {shape}}}\n"))
     add("device-cuda-absent", "train.device", base(train="  lr: 0.1\n  steps: 10\n  device: 'cuda:999'\n"))
-    for url in ("foo://bar", "postgresql+nodriver://u@h/db", "sqlite:////nonexistent-dir-nas-stab/study.db", "journal:///nonexistent-dir-nas-stab/j.log", "not a url"):
+    for url in ("foo://bar", "postgresql+nodriver://u@h/db", "sqlite:////nonexistent-dir-nas-stab/study.db",
+                "journal:///nonexistent-dir-nas-stab/j.log", "not a url"):
         add(f"storage-{zlib.crc32(url.encode()) % 10**6:06d}", "search.storage", base() + f"search: {{storage: '{url}'}}\n")
     add("name-300-chars", "name", base().replace("name: bad", "name: " + "a" * 300))
     add("grid-1e9-points", "space", base() + "space:\n" + "".join(

@@ -3,6 +3,7 @@
 max; a resumed search trains nothing twice and ends where an uninterrupted one ends."""
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -218,7 +219,7 @@ def _local(text, out, trials=None):
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:
-        run_local(spec, rd, trials=trials, progress_stream=open("/dev/null", "w"))
+        run_local(spec, rd, trials=trials, progress_stream=io.StringIO())
     return out / spec.name
 
 

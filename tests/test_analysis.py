@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+from lb_fixtures import grid_rows, make_run, spec_dict
 
-from nas_stab.analysis.table import analyze, fill_base, fmt_value  # noqa: E402
-from nas_stab.errors import RunError  # noqa: E402
-from nas_stab.results.leaderboard import leaderboard_markdown, load_analysis  # noqa: E402
+from nas_stab.analysis.table import analyze, fill_base, fmt_value
+from nas_stab.errors import RunError
+from nas_stab.results.leaderboard import leaderboard_markdown, load_analysis
 
 X = np.arange(5.0)  # log2(lr / 0.01): lrs 0.01, 0.02, 0.04, 0.08, 0.16, one octave apart
 LRS = 0.01 * np.exp2(X)

@@ -41,10 +41,10 @@ def simulate(settings, rng, *, untrainable=None):
         elif untrainable == "largest":
             acc[:, -1, :] = 0.1
         vals = acc[..., None] + rng.normal(0.0, sd, size=acc.shape + (seeds,))
-        t, s, l, k = np.meshgrid(np.arange(TABLES), np.arange(n_sizes), np.arange(len(GRID)), np.arange(seeds), indexing="ij")
+        t, s, g, k = np.meshgrid(np.arange(TABLES), np.arange(n_sizes), np.arange(len(GRID)), np.arange(seeds), indexing="ij")
         frames.append(pd.DataFrame({
             "setting": si, "table": t.ravel(), "seed": k.ravel(), "status": "complete",
-            "model.width": sizes[s.ravel()], "train.lr": 0.01 * np.exp2(GRID[l.ravel()]), "val_acc": vals.ravel(),
+            "model.width": sizes[s.ravel()], "train.lr": 0.01 * np.exp2(GRID[g.ravel()]), "val_acc": vals.ravel(),
         }))
     return pd.concat(frames, ignore_index=True)
 

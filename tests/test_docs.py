@@ -15,10 +15,8 @@ def _documented(name: str, doc: str) -> bool:
     for prefix in ("init_", "final_"):  # documented once as `init_<metric>`, `final_<metric>` with the metric's name
         if name.startswith(prefix) and f"`{prefix}<metric>`" in doc and f"`{name[len(prefix):]}`" in doc:
             return True
-    for pattern in re.findall(r"`([a-z_]+)\.<[a-z]+>`", doc):  # fwd_norm.<i>, grad_norm.<parameter>
-        if name.startswith(pattern + "."):
-            return True
-    return False
+    # fwd_norm.<i>, grad_norm.<parameter>
+    return any(name.startswith(pattern + ".") for pattern in re.findall(r"`([a-z_]+)\.<[a-z]+>`", doc))
 
 
 def test_every_column_of_a_run_is_documented(tmp_path):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 import re
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
+from conftest_ray import rows, run_local_text, run_ray_text, spec_text, without_timing
 
 DATA = Path(__file__).parent / "data" / "driver"
 FAST = {"threads": 1, "steps": 10, "eval_every": 5}
@@ -195,13 +196,18 @@ def test_a_source_that_waits_with_nothing_running_ends_the_search(tmp_path):
     assert _run_local(ADAPTIVE, tmp_path, Never()) == {} and Never.calls == 2  # the resume note's look, then the ask that ends it
 
 
-def toy_run(spec, params, seed, reporter=None, checkpoint=None):
-    """A stand-in for plan.run_job: no training, a longer wait for more steps."""
+def toy_run(spec, params, seed, reporter=None, checkpoint=None, *, release: str):
+    """A stand-in for plan.run_job: no training. The longer run (train.steps 1000) ends only once the
+    file `release` exists: it is still running when the first search is stopped, however slow the machine."""
     import time
 
     from nas_stab.training.loop import RunResult
 
-    time.sleep(params["train.steps"] / 400)
+    deadline = time.monotonic() + 300  # a hang guard only: the run then fails, and the test
+    while params["train.steps"] > 10 and not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{release} never appeared")
+        time.sleep(0.02)
     lr = float(params["train.lr"])
     if reporter is not None:
         reporter(5, {"val_acc": lr})
@@ -214,15 +220,18 @@ def test_an_adaptive_job_source_through_the_ray_runner_resumes_without_training_
 
     text = spec_text(ADAPTIVE, runner={"kind": "ray", "concurrency": 2})
     spec = loads_spec(text)
-    first = Adaptive(spec, stop_after=2, signal_=True)
+    release = tmp_path / "release"
+    run_fn = functools.partial(toy_run, release=str(release))
+    first = Adaptive(spec, stop_after=2, signal_=True)  # SIGINT once 0.01 and 0.02 are recorded: 0.03 is still running
     with pytest.raises(KeyboardInterrupt):
-        run_ray_text(text, tmp_path, run_fn=toy_run, source=first)
+        run_ray_text(text, tmp_path, run_fn=run_fn, source=first)
     first.check()
     d = tmp_path / "tiny"
     before = rows(d)
     assert len(before) == 2 and _lrs(d)[0] == 0.01
     again = Adaptive(spec)
-    _, _, counts = run_ray_text(text, tmp_path, run_fn=toy_run, source=again)
+    release.touch()
+    _, _, counts = run_ray_text(text, tmp_path, run_fn=run_fn, source=again)
     assert counts == {"complete": 3}
     again.check()
     assert _lrs(d) == [0.01, 0.02, 0.03]

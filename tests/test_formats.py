@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+from lb_fixtures import grid_rows, make_run, spec_dict
 
-from nas_stab.errors import RunError, SpecError  # noqa: E402
-from nas_stab.results import build_leaderboard  # noqa: E402
-from nas_stab.results.formats import escape_latex, escape_md  # noqa: E402
+from nas_stab.errors import RunError, SpecError
+from nas_stab.results import build_leaderboard
+from nas_stab.results.formats import escape_latex, escape_md
 
 EVIL = "<script>alert(1)</script>"
 PROVENANCE_FIELDS = ("spec", "dataset", "nas_stab", "torch", "hardware", "run created", "trials", "compute")

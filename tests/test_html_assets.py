@@ -13,7 +13,7 @@ import tomllib
 
 pytest.importorskip("pandas")
 
-from nas_stab.results import html_page  # noqa: E402
+from nas_stab.results import html_page
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "nas_stab" / "results" / "assets"

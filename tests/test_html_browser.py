@@ -20,10 +20,10 @@ from urllib.parse import quote
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+from lb_fixtures import grid_rows, make_run, spec_dict
 
-from nas_stab.results import build_leaderboard, load_analysis  # noqa: E402
-from nas_stab.results.formats import display_table  # noqa: E402
+from nas_stab.results import build_leaderboard, load_analysis
+from nas_stab.results.formats import display_table
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 pytestmark = pytest.mark.skipif(

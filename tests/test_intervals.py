@@ -80,9 +80,9 @@ def _optimum_tables(n_seeds: int, tables: int, sd: float, rng: np.random.Generat
     x_star = rng.uniform(1.5, 3.5, size=(tables, 3))
     acc = 0.9 - 0.05 * (GRID[None, None, :] - x_star[..., None]) ** 2
     vals = acc[..., None] + rng.normal(0.0, sd, size=acc.shape + (n_seeds,))
-    t, s, l, k = np.meshgrid(np.arange(tables), np.arange(3), np.arange(len(GRID)), np.arange(n_seeds), indexing="ij")
+    t, s, g, k = np.meshgrid(np.arange(tables), np.arange(3), np.arange(len(GRID)), np.arange(n_seeds), indexing="ij")
     trials = pd.DataFrame({"table": t.ravel(), "seed": k.ravel(), "status": "complete",
-                           "model.width": np.array([1, 4, 16])[s.ravel()], "train.lr": 0.01 * np.exp2(GRID[l.ravel()]),
+                           "model.width": np.array([1, 4, 16])[s.ravel()], "train.lr": 0.01 * np.exp2(GRID[g.ravel()]),
                            "val_acc": vals.ravel()})
     return trials, x_star
 

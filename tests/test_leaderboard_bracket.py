@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+from lb_fixtures import grid_rows, make_run, spec_dict
 
-from nas_stab.analysis.table import analyze  # noqa: E402
-from nas_stab.results.leaderboard import build_leaderboard, load_analysis  # noqa: E402
-from nas_stab.results.plots import PRUNED_MARKER, transfer_figure  # noqa: E402
-from nas_stab.results.reader import read_run  # noqa: E402
-from nas_stab.results.tables import display_table  # noqa: E402
-from nas_stab.search.bracket import BracketSource  # noqa: E402
+from nas_stab.analysis.table import analyze
+from nas_stab.results.leaderboard import build_leaderboard, load_analysis
+from nas_stab.results.plots import PRUNED_MARKER, transfer_figure
+from nas_stab.results.reader import read_run
+from nas_stab.results.tables import display_table
+from nas_stab.search.bracket import BracketSource
 
 LIMITS = (0.005, 0.08)
 # (aggregation, branches) -> (optimum lr, divergence wall): stam's optima lie far above the upper limit

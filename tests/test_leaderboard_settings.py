@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+from lb_fixtures import grid_rows, make_run, spec_dict
 
-from nas_stab.cli import main  # noqa: E402
+from nas_stab.cli import main
 
 SPEC = """\
 name: lbset

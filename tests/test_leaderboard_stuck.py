@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows, make_run  # noqa: E402
+from lb_fixtures import grid_rows, make_run
 
-from nas_stab.analysis.table import analyze  # noqa: E402
-from nas_stab.results import build_leaderboard  # noqa: E402
-from nas_stab.results.tables import cells_table, display_table, settings_items  # noqa: E402
+from nas_stab.analysis.table import analyze
+from nas_stab.results import build_leaderboard
+from nas_stab.results.tables import cells_table, display_table, settings_items
 
 LRS = (0.01, 0.02, 0.04, 0.08)
 

@@ -9,6 +9,7 @@ import time
 import optuna
 import pytest
 from conftest import TINY, run_cli
+from optuna.trial import TrialState
 
 from nas_stab.config import loads_spec
 from nas_stab.errors import RunError
@@ -52,10 +53,16 @@ def test_run_directory_and_columns(tmp_path):
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
 
 
-def test_rerun_does_no_training(tmp_path):
+def test_rerun_does_no_training(tmp_path, monkeypatch):
+    from nas_stab.search import plan
+
     _, d, _ = run(TINY, tmp_path)
     before = rows(d)
-    t0 = time.perf_counter()
+
+    def no_training(*a, **kw):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(plan, "run_job", no_training)
     _, _, counts = run(TINY, tmp_path)
     assert counts == {"complete": 4}
     assert rows(d) == before
@@ -137,19 +144,26 @@ def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "nas_stab.cli", "run", str(spec_path), "--out", str(tmp_path / "runs")],
                          env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    # wait for two finished runs, then kill mid-trial
+    # wait for two finished runs, then for the third to be asked (its Optuna trial RUNNING), and kill mid-trial
     seen = 0
     for line in p.stderr:
         if " | [" in line:  # a finished run's progress line
             seen += 1
             if seen == 2:
-                time.sleep(0.05)  # into the third run (runs of 400 steps: the kill lands well before the sixth)
                 break
+    d = tmp_path / "runs" / "tiny"
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{d / 'study.db'}")
+    deadline = time.monotonic() + 120  # a hang guard only
+    while p.poll() is None and not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        assert time.monotonic() < deadline, "the third run never started"
+        time.sleep(0.01)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    d = tmp_path / "runs" / "tiny"
+    p.stderr.close()
+    # the trial the kill left open (none only if it finished in between and the next was not asked yet)
+    killed = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     partial = rows(d)
-    assert 2 <= len(partial) < 6
+    assert 2 <= len(partial) < 6 and len(killed) <= 1
     res = run_cli("run", spec_path, "--out", tmp_path / "runs")
     assert res.returncode == 0, res.stderr[-2000:]
     final = rows(d)
@@ -161,6 +175,7 @@ def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
     assert "RUNNING" not in states and "WAITING" not in states
     assert states.count("COMPLETE") == 6
     assert all(t.user_attrs.get("status") == "interrupted" for t in study.trials if t.state.name == "FAIL")
+    assert all(study.trials[n].state.name == "FAIL" and study.trials[n].user_attrs.get("status") == "interrupted" for n in killed)
 
 
 def test_second_driver_refuses(tmp_path):

@@ -137,8 +137,8 @@ def test_batched_branches_equal_a_loop_over_branches(conv, norm, b):
             w = layer.effective_weight()[sl]
             y = F.conv2d(h, w, padding=1) if conv else F.linear(h, w)
             if isinstance(nm, torch.nn.modules.batchnorm._BatchNorm):
-                bn = lambda t: F.batch_norm(t, None, None, nm.weight[sl], nm.bias[sl], training=True)  # noqa: E731
-                y = bn(y) + h if layer.ratio else bn(y)
+                z = F.batch_norm(y, None, None, nm.weight[sl], nm.bias[sl], training=True)
+                y = z + h if layer.ratio else z
             elif layer.ratio:
                 y = y + h
             h = F.relu(y) if i < b - 1 else y

@@ -274,9 +274,9 @@ def test_path_space_sgd_step_is_the_g_sgd_update():
     loss = F.cross_entropy(z @ hw.T + hb, y)
     G = torch.autograd.grad(loss, U + [hw, hb])
     grads = [G[0].clone()]
-    for l in (1, 2):
-        grads.append(G[l] * (1 - eye) / diag1[None, :])
-    correction = sum(((G[l] * V[l]) * (1 - eye)).sum(0) for l in (1, 2)) / diag1 ** 2
+    for j in (1, 2):
+        grads.append(G[j] * (1 - eye) / diag1[None, :])
+    correction = sum(((G[j] * V[j]) * (1 - eye)).sum(0) for j in (1, 2)) / diag1 ** 2
     grads[0][k, k % d] -= correction
     expected = [v - lr * g for v, g in zip(V, grads)]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import ARCHS, OBJECTIVES, make_run, transfer_run  # noqa: E402
+from lb_fixtures import ARCHS, OBJECTIVES, make_run, transfer_run
 
 
 class Page(HTMLParser):

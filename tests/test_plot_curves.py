@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import make_run, spec_dict  # noqa: E402
+from lb_fixtures import make_run, spec_dict
 
-from nas_stab.results import plots  # noqa: E402
-from nas_stab.results.leaderboard import build_leaderboard, load_analysis  # noqa: E402
+from nas_stab.results import plots
+from nas_stab.results.leaderboard import build_leaderboard, load_analysis
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -37,10 +37,9 @@ def _run(tmp_path, diverge=None):
     d = make_run(tmp_path, rows, spec=spec, history=False)
     for i, r in enumerate(rows):
         steps = np.arange(1, STEPS + 1)
-        if r["train.lr"] == BEST[r["model.branches"]]:
-            loss = np.array([_loss(r["model.branches"], r["seed"], t) for t in steps])
-        else:
-            loss = np.full(steps.size, 99.0)  # read by mistake, it would show
+        best = r["train.lr"] == BEST[r["model.branches"]]
+        # another lr's curve is 99 throughout: read by mistake, it would show
+        loss = np.array([_loss(r["model.branches"], r["seed"], t) for t in steps]) if best else np.full(steps.size, 99.0)
         if (r["model.branches"], r["train.lr"], r["seed"]) == diverge:
             loss[120:] = np.inf
         h = pd.DataFrame({"step": steps, "train_loss": loss})

@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import grid_rows  # noqa: E402
+from lb_fixtures import grid_rows
 
-from nas_stab.analysis.table import analyze  # noqa: E402
-from nas_stab.results import plots  # noqa: E402
+from nas_stab.analysis.table import analyze
+from nas_stab.results import plots
 
 matplotlib = pytest.importorskip("matplotlib")
 

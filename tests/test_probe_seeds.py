@@ -80,11 +80,13 @@ def test_probe_command_every_seed_and_stam_theorem_1_slopes(tmp_path):
     separates sum (Theorem 1: C^(1/2)) from STAM (C^0): sum's interval lies above STAM's."""
     assert run_probe(loads_spec(PROBE), out_root=tmp_path) == 0
     out = tmp_path / "probe-stam"
-    rows = list(csv.DictReader(open(out / "probe.csv")))
+    with open(out / "probe.csv") as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) == 6 * 4
     per_seed = {r["seed"]: r["init_fwd_ratio"] for r in rows if r["config"] == "1"}
     assert len(set(per_seed.values())) == 4  # four different inits
-    sl = {(r["model.aggregation"], r["metric"]): r for r in csv.DictReader(open(out / "probe_slopes.csv"))}
+    with open(out / "probe_slopes.csv") as f:
+        sl = {(r["model.aggregation"], r["metric"]): r for r in csv.DictReader(f)}
     s, t = sl[("sum", "init_fwd_ratio")], sl[("stam", "init_fwd_ratio")]
     assert float(s["lo"]) > float(t["hi"])
     assert float(s["slope"]) > 0.3 and abs(float(t["slope"])) < 0.2

@@ -13,9 +13,8 @@ and the run directory stay in the test process (the client):
 """
 import pytest
 from conftest import TINY, run_cli
-from conftest_ray import (  # noqa: F401 (fixture)
+from conftest_ray import (
     client_head,
-    ray_client_head,
     rows,
     run_local_text,
     run_ray_text,

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY
-from conftest_ray import (  # noqa: F401 (fixture)
-    ray_two_nodes,
+from conftest_ray import (
     rows,
     run_local_text,
     run_ray_text,

@@ -68,24 +68,23 @@ def test_driver_sigkill_and_rerun(tmp_path):
     cmd = [sys.executable, "-m", "nas_stab.cli", "run", str(spec_file), "--out", str(out), "--runner", "ray",
            "--set", "runner.concurrency=2"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    log = open(tmp_path / "first.log", "w")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     family: set[int] = set()
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline and p.poll() is None:
+    with open(tmp_path / "first.log", "w") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline and p.poll() is None:
+                family.update(_descendants(p.pid))
+                if (d / "trials.csv").exists() and 1 <= len(rows(d)) < 4:
+                    break
+                time.sleep(0.1)
+            assert p.poll() is None, "the run ended before it could be killed:\n" + (tmp_path / "first.log").read_text()[-2000:]
             family.update(_descendants(p.pid))
-            if (d / "trials.csv").exists() and 1 <= len(rows(d)) < 4:
-                break
-            time.sleep(0.1)
-        assert p.poll() is None, "the run ended before it could be killed:\n" + (tmp_path / "first.log").read_text()[-2000:]
-        family.update(_descendants(p.pid))
-        p.send_signal(signal.SIGKILL)
-        p.wait(30)
-    finally:
-        log.close()
-        if p.poll() is None:
-            p.kill()
+            p.send_signal(signal.SIGKILL)
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                p.kill()
     done_before = {r["key"]: r for r in rows(d)}
     assert 1 <= len(done_before) < 4
 

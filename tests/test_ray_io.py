@@ -1,12 +1,14 @@
 """The Ray runner's costs per trial, as the local runner's: trials.csv is appended to (not
 rewritten after every trial), and a worker process that trains several trials loads the data once."""
+import csv
 import functools
+import io
 import os
 import sys
 
 import pytest
 from conftest import TINY
-from conftest_ray import ray_local, rows, run_local_text, run_ray_text, spec_text, without_timing  # noqa: F401 (fixture)
+from conftest_ray import rows, run_local_text, run_ray_text, spec_text, without_timing
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -19,16 +21,38 @@ def _ship_this_module():
     cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
-def toy_run(spec, params, seed, reporter=None, checkpoint=None):
-    """A stand-in for plan.run_job (no training); the larger learning rates finish first."""
+LRS = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]
+WAITS_FOR = {0.01: 0.02, 0.03: 0.04, 0.05: 0.06}  # the trials run two at a time, in pairs: each pair's second ends first
+HANG_GUARD_S = 300  # only if the trial waited for never ends: the waiting trial then fails, and the test
+
+
+def recorded_lrs(trials_csv: str) -> set[float]:
+    """The learning rates of the rows in `trials_csv` so far (the driver may be appending one: only whole lines)."""
+    import csv
+
+    try:
+        with open(trials_csv, newline="") as f:
+            lines = [ln for ln in f if ln.endswith("\n")]
+    except FileNotFoundError:
+        return set()
+    return {float(r["train.lr"]) for r in csv.DictReader(lines) if r.get("train.lr")}
+
+
+def toy_run(spec, params, seed, reporter=None, checkpoint=None, *, trials_csv: str):
+    """A stand-in for plan.run_job (no training) that finishes out of order: a trial of WAITS_FOR returns only
+    once the driver has written its partner's row to `trials_csv` (the partner is a larger lr: sorted after it)."""
     import time
 
     from nas_stab.training.loop import RunResult
 
     lr = params["train.lr"]
-    time.sleep(max(0.0, 3.0 - 45 * lr))  # 0.45 s apart per 0.01 of lr: more than Tune's start-up jitter
     for step in (1, 2):
         reporter(step, {"val_acc": lr * step, "train_loss": 1.0})
+    partner, deadline = WAITS_FOR.get(lr), time.monotonic() + HANG_GUARD_S
+    while partner is not None and partner not in recorded_lrs(trials_csv):  # a poll of a file, not a timed order
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"lr {lr}: no row of lr {partner} in {trials_csv} after {HANG_GUARD_S} s")
+        time.sleep(0.02)
     return RunResult("complete", metrics={"val_acc": 2 * lr, "train_loss": 1.0}, steps=2, history=[{"step": 2}]), ""
 
 
@@ -65,18 +89,21 @@ def test_trials_csv_is_appended_per_trial_and_sorted_once_at_the_end(ray_local, 
     from nas_stab.results.rundir import RunDir, trials_csv
 
     rewrites, after_add = _watch_writes(monkeypatch)
-    lrs = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]
-    text = spec_text(space={"train.lr": lrs}, runner={"kind": "ray", "concurrency": 2})
-    spec, d, counts = run_ray_text(text, tmp_path, run_fn=toy_run)
+    text = spec_text(space={"train.lr": LRS}, runner={"kind": "ray", "concurrency": 2})
+    run_fn = functools.partial(toy_run, trials_csv=str(tmp_path / "tiny" / "trials.csv"))
+    spec, d, counts = run_ray_text(text, tmp_path, run_fn=run_fn)
     assert counts == {"complete": 6}
     assert len(after_add) == 6
+    finished = [float(r["train.lr"]) for r in csv.DictReader(io.StringIO(after_add[-1]))]  # in the order they were appended
+    assert sorted(finished) == LRS
+    assert all(finished.index(partner) < finished.index(lr) for lr, partner in WAITS_FOR.items())
     # the first trial writes the file (header and all); each later one only appends its row
     assert _appended(after_add)
     # one rewrite more, after the last trial: the file in (trial, seed) order, as the local runner leaves it
     assert rewrites == [0, 6]
     final = (d / "trials.csv").read_text()
     assert final == trials_csv(RunDir(d).read_trials(), spec.space.keys, "classification")
-    assert [float(r["train.lr"]) for r in rows(d)] == lrs
+    assert [float(r["train.lr"]) for r in rows(d)] == LRS
     assert after_add[-1] != final, "the trials finished out of order, so the sort at the end mattered"
 
 

@@ -1,7 +1,7 @@
 """The Ray runner on a local Ray (2 CPUs): resume, journal and PostgreSQL storages (Ray Client: test_ray_client.py)."""
 import pytest
 from conftest import TINY
-from conftest_ray import postgres_url, ray_local, rows, run_ray_text, spec_text, study_of  # noqa: F401 (fixtures)
+from conftest_ray import rows, run_ray_text, spec_text, study_of
 
 
 @pytest.mark.slow

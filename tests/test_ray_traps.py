@@ -19,7 +19,7 @@ import sys
 
 import pytest
 from conftest import TINY
-from conftest_ray import ray_local, rows, run_ray_text, spec_text, study_of  # noqa: F401 (fixture)
+from conftest_ray import rows, run_ray_text, spec_text, study_of
 
 KINDS = {0.01: "good", 0.02: "good", 0.03: "bad", 0.04: "nanfinal", 0.05: "diverge"}
 STEPS = 8

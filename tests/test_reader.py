@@ -8,12 +8,12 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from lb_fixtures import make_run, spec_dict  # noqa: E402
+from lb_fixtures import make_run, spec_dict
 
-from nas_stab.config.schema import LeaderboardConfig  # noqa: E402
-from nas_stab.errors import RunError  # noqa: E402
-from nas_stab.results.reader import read_rows, read_run  # noqa: E402
-from nas_stab.results.rundir import RunDir  # noqa: E402
+from nas_stab.config.schema import LeaderboardConfig
+from nas_stab.errors import RunError
+from nas_stab.results.reader import read_rows, read_run
+from nas_stab.results.rundir import RunDir
 
 
 def _rows():

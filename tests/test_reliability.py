@@ -205,7 +205,7 @@ def test_two_drivers_on_one_external_study_second_refuses(tmp_path):
                 study = _journal_study(journal)
                 if any(t.state.name == "RUNNING" for t in study.trials):
                     break
-            except Exception:  # noqa: BLE001 - not created yet
+            except Exception:  # not created yet
                 pass
             time.sleep(0.5)
         else:

@@ -18,7 +18,10 @@ def _rows(path):
 
 def test_add_trials_appends_then_final_rewrite_is_sorted(tmp_path):
     rd = RunDir(tmp_path)
-    row = lambda t, **kw: {"trial": t, "seed": 0, "status": "complete", "objective": 0.5, "key": f"k{t}", "run_id": f"t{t}", **kw}
+
+    def row(t, **kw):
+        return {"trial": t, "seed": 0, "status": "complete", "objective": 0.5, "key": f"k{t}", "run_id": f"t{t}", **kw}
+
     rows = {}
 
     def add(r, **kw):

@@ -1,4 +1,6 @@
 """One test per schema rule: every error names file, line and key, never a traceback."""
+import dataclasses
+
 import pytest
 
 from nas_stab.config import get_key, load_spec, loads_spec
@@ -28,7 +30,7 @@ def test_minimal_spec_has_documented_defaults():
     assert s.model.arch == "mlp_resnet" and s.train.lr == 0.1 and s.seeds == (0,)
     assert s.search.sampler == "grid" and s.search.pruner.name == "none" and s.runner.kind == "local"
     assert s.stability.divergence.loss_factor == 10
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         s.model.width = 3  # frozen
 
 

@@ -131,7 +131,7 @@ def test_the_leaderboard_shows_the_pareto_front(finished):
 @pytest.mark.parametrize("stop_after", [12, 17], ids=["between-last-record-and-tell", "mid-outer-trial"])
 def test_a_stopped_transfer_search_resumes_without_training_twice(tmp_path, monkeypatch, finished, stop_after):
     with pytest.raises(KeyboardInterrupt):
-        first = _run(TRANSFER, tmp_path, monkeypatch, stop_after=stop_after)
+        _run(TRANSFER, tmp_path, monkeypatch, stop_after=stop_after)
     d = tmp_path / "tiny"
     before = rows(d)
     assert len(before) == stop_after
@@ -243,7 +243,7 @@ def test_inner_bracket_finds_each_sizes_optimum_outside_the_start(tmp_path):
     opt = lambda size, p: 0.4 * size ** (0.5 - p)  # noqa: E731  (p = 0.5 transfers exactly)
     src = TransferSource(spec, storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert src.total is None  # decided as results come in
-    records, told = [], {}
+    records = []
     for _ in range(10_000):
         jobs = src.pending(records, ())
         if jobs is None:
@@ -417,7 +417,8 @@ def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
     assert decided == {(0.25, 1): "bracketed", (0.25, 4): "limit", (0.75, 1): "bracketed", (0.75, 4): "divergence wall"}
     a, _, _ = load_analysis([d], n_boot=0)
     sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
-    assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit", ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "divergence wall"}
+    assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit",
+                  ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "divergence wall"}
     headers, text, _ = display_table(a)
     shown = {t[headers.index("model.aggregation_exponent")]: t[headers.index("best_lr(s)")] for t in text}
     for label in ("0.25", "0.75"):
@@ -433,7 +434,8 @@ def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
     t.drop(index=last).to_csv(d / "trials.csv", index=False)
     a, _, _ = load_analysis([d], n_boot=0)
     sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
-    assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit", ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "unfinished"}
+    assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit",
+                  ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "unfinished"}
     headers, text, _ = display_table(a)
     assert any(t[headers.index("best_lr(s)")].endswith("(unfinished)") for t in text)
 

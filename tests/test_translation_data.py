@@ -237,5 +237,6 @@ def test_real_multi30k_subset(tmp_path):
     d = load_dataset(s, CPU)
     assert len(d.splits["val"]) == 50 and len(d.splits["test"]) == 20
     assert 490 <= len(d.splits["train"]) <= 500
-    val_en = gzip.open(MULTI30K / "val.en.gz", "rt", encoding="utf-8").read().splitlines()
+    with gzip.open(MULTI30K / "val.en.gz", "rt", encoding="utf-8") as f:
+        val_en = f.read().splitlines()
     assert set(d.splits["val"].tgt_text) <= {x.strip() for x in val_en}  # references are the raw sentences

@@ -180,7 +180,7 @@ def test_an_unstable_row_never_ranks_above_a_healthy_one_that_transfers():
 
 def _bleu_rows(label, level, rng, seeds=3):
     out = []
-    for s, size in enumerate((1, 2, 4)):
+    for size in (1, 2, 4):
         for lr in np.arange(0, 4.01, 0.5):
             for k in range(seeds):
                 bump = 0.3 * max(0.0, 1 - 0.25 * (lr - 2) ** 2) if level < 5 else level * max(0.0, 1 - 0.05 * (lr - 2) ** 2) - level

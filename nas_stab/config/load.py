@@ -170,10 +170,6 @@ def _set_path(data: dict, path: tuple, value: Any, text: str) -> None:
 # ---------------------------------------------------------------- dotted keys
 
 
-def _section_cls(name: str):
-    return {f.name: f.type for f in public_fields(schema.Spec)}.get(name)
-
-
 def check_key(spec: Spec, dotted: str) -> str | None:
     """None if `dotted` names a searchable leaf of the configuration, else a message."""
     if not isinstance(dotted, str):

@@ -136,7 +136,7 @@ def cache_dir(cfg=None) -> Path:
 
 # importing a module registers its datasets
 from nas_stab.data import (
-    tabular,  # noqa: E402,F401
-    text,  # noqa: E402,F401
-    vision,  # noqa: E402,F401
+    tabular,  # noqa: F401
+    text,  # noqa: F401
+    vision,  # noqa: F401
 )

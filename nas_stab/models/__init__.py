@@ -52,9 +52,9 @@ def build_model(spec, info):
 
 # importing a module registers its architectures
 from nas_stab.models import (  # noqa: E402,F401
-    mlp,  # noqa: E402,F401
+    mlp,
     plainnet,
     resnet,
     resnext,
-    transformer,  # noqa: E402,F401
+    transformer,
 )

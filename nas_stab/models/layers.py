@@ -101,11 +101,6 @@ class Layer(nn.Module):
             d = d.view(*d.shape, 1, 1)
         return self.weight * (1 - self.mask) / d
 
-    def full_weight(self) -> torch.Tensor:
-        """The equivalent weight-space tensor (diagonal included)."""
-        w = self.effective_weight()
-        return w + self.mask if self.ratio else w
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.effective_weight()
         groups = self.C if self.grouped else 1

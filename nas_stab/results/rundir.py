@@ -461,7 +461,7 @@ class RunDir:
 
         try:
             write_rows(self.path, new_rows, list(searched), task_kind)
-        except Exception as e:  # noqa: BLE001 - the records are written; the view must not stop the run
+        except Exception as e:  # the records are written; the view must not stop the run
             self.log(f"tensorboard: could not write logs ({type(e).__name__}: {e}); nas-stab tensorboard {self.path} retries")
 
     def _track(self, new_rows: list[dict[str, Any]]) -> None:

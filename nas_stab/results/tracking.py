@@ -391,7 +391,7 @@ def _limit(name: str, default: int) -> int:
         from mlflow.utils import validation
 
         return int(getattr(validation, name, default))
-    except Exception:  # noqa: BLE001 - a limit is only a bound to stay under
+    except Exception:  # a limit is only a bound to stay under
         return default
 
 
@@ -551,7 +551,7 @@ class Tracking:
                     if tracker.logged(rec.run_id) != rec.fingerprint:
                         tracker.log_run(rec)
                         n += 1
-            except Exception as e:  # noqa: BLE001 - the records are written; tracking must not stop the search
+            except Exception as e:  # the records are written; tracking must not stop the search
                 self._failed(tracker, f"run {rec.run_id}" if rec else "runs", e)
         return n
 
@@ -568,7 +568,7 @@ class Tracking:
                     continue
                 try:
                     tracker.log_leaderboard(files, Path(root or self.exp.path), again=again)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     self._failed(tracker, "the leaderboard", e)
         return n
 

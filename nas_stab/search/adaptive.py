@@ -3,7 +3,7 @@
 A job source (`search/sources.py`) around the search's own (`grid` or `bracket`): it first yields that
 source's runs with the first n seeds. When they are all recorded, it computes the table (the leaderboard's
 `analyze`, with the experiment's `leaderboard:` settings and 1000 bootstrap replicates, as `nas-stab
-leaderboard` computes it) and asks `results.more_seeds.plan` where more seeds go: the cells the verdict
+leaderboard` computes it) and asks `analysis.more_seeds.plan` where more seeds go: the cells the verdict
 of each still-open row rests on, for the rows a power estimate says can still be decided within m seeds.
 It yields that batch (the next seeds in order, at those cells), waits for the whole batch, and looks again;
 it stops when no row asks for more. Between batches a bracket search goes on with every seed recorded (an

@@ -265,7 +265,7 @@ class Driver:
         status = "failed" if isinstance(error, Exception) else INTERRUPTED
         try:
             trial_states.tell(self.study, ot, status, None, traceback.format_exc(limit=3))
-        except Exception:  # noqa: BLE001 - the error being raised says what went wrong; a rerun closes the trial
+        except Exception:  # the error being raised says what went wrong; a rerun closes the trial
             pass
 
     def next_run(self):
@@ -351,7 +351,7 @@ class Driver:
             return
         try:
             got = expected(list(self.records.rows.values()))
-        except Exception:  # noqa: BLE001 - a display's guess must never stop a search
+        except Exception:  # a display's guess must never stop a search
             return
         if got:
             self.progress.expect(*got)

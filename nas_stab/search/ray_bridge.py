@@ -60,7 +60,6 @@ class Live:
     trial: Any  # the driver's Trial (its Optuna trial, its jobs: one per seed, grid: one)
     results: dict = field(default_factory=dict)  # seed index -> (RunResult, tb, resumed_from)
     decision: str | None = None  # None | "pruned" | "diverged"
-    told_stop: bool = False
     failures: int = 0
     start_failures: int = 0  # failures of an attempt that reported nothing: see OptunaBridge.on_error
     attempt_reported: bool = False  # this attempt of the trial has sent a result
@@ -165,7 +164,7 @@ class OptunaBridge:
         live.trial.results = [(res, tb) for res, tb, _ in results]
         self.driver.finish(live.trial)  # the records reach disk before Optuna is told
 
-    def _synthesize(self, live: Live, error: bool):  # noqa: ARG002 (error: the only other case)
+    def _synthesize(self, live: Live, error: bool):  # error: the only other case
         """The record of a run that ended without sending its RunResult."""
         from nas_stab.training.loop import RunResult
 
@@ -235,7 +234,6 @@ class OptunaBridge:
 
         try:
             ray.get(self.board.tell_stop.remote(trial_id), timeout=60)
-            self.live[trial_id].told_stop = True
         except Exception as e:  # the STOP fallback in on_result still applies
             self.log(f"could not reach the pruning board ({e}); trial {trial_id} is stopped at its next report")
 

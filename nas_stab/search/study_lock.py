@@ -79,7 +79,7 @@ class StudyLock:
             try:
                 if (self._held() or {}).get("token") == self.me["token"]:
                     self.study.set_user_attr(ATTR, {**self.me, "beat": time.time()})
-            except Exception:  # noqa: BLE001 - a storage hiccup: the next beat tries again
+            except Exception:  # a storage hiccup: the next beat tries again
                 pass
 
     def release(self) -> None:
@@ -91,5 +91,5 @@ class StudyLock:
         try:
             if (self._held() or {}).get("token") == self.me["token"]:
                 self.study.set_user_attr(ATTR, None)
-        except Exception:  # noqa: BLE001 - a storage that is gone: the next driver sees a dead pid or a stale beat
+        except Exception:  # a storage that is gone: the next driver sees a dead pid or a stale beat
             pass

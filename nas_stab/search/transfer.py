@@ -329,8 +329,3 @@ class TransferSource:
             self.study.tell(n, state=TrialState.FAIL)
         else:
             self.study.tell(n, values if len(values) > 1 else values[0])
-
-
-def outer_trials(spec, storage_url: str) -> list:
-    """The outer study's trials (for tables and tests): FrozenTrials, in number order."""
-    return open_outer_study(spec, storage_url).get_trials(deepcopy=False)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 
 import torch
 from torch import nn
@@ -97,7 +96,6 @@ class Prober:
         self.seed = seed
         self.eigvec: list[torch.Tensor] | None = None  # warm start of the Lanczos iteration
         self.nonfinite: tuple[str, float] | None = None  # (quantity, value) of the last snapshot
-        self.last_sharpness_info: dict = {}
         self.n_snapshots = 0
         self._modes = probe_modes(model)
         self._names = {p: n for n, p in model.named_parameters()}
@@ -327,7 +325,6 @@ class Prober:
 
     # -------------------------------------------------------------- Hessian
     def _hessian_metrics(self, out: dict, params: list, grads: list, optimizer, step_grads, loss_value: float) -> None:
-        t0 = time.perf_counter()
         scale = preconditioner(optimizer, params, step_grads) if optimizer is not None else None
         if not math.isfinite(loss_value):
             lam, iters, converged = math.inf, 0, False
@@ -353,8 +350,6 @@ class Prober:
             out["lr_sharpness"] = lr * lam
             factor = eos_factor(optimizer)
             out["eos_ratio"] = lam * factor if factor is not None else math.nan
-        self.last_sharpness_info = {"iters": iters, "converged": converged, "seconds": time.perf_counter() - t0,
-                                    "preconditioned": scale is not None}
 
     def _graph_grads(self, params: list, batch) -> list | None:
         """Gradients of the loss on `batch` with their graph (create_graph=True);

@@ -17,8 +17,8 @@ from nas_stab.registry import Registry
 TASKS = Registry("task")
 
 from nas_stab.tasks import (
-    classification,  # noqa: E402,F401
-    translation,  # noqa: E402,F401
+    classification,  # noqa: F401
+    translation,  # noqa: F401
 )
 
 
