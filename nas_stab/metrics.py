@@ -6,6 +6,9 @@ leaderboard all read it.
 from __future__ import annotations
 
 import math
+from typing import Literal
+
+Direction = Literal["minimize", "maximize"]  # an Optuna study's direction
 
 STATUSES = ("complete", "pruned", "diverged", "failed")
 
@@ -55,7 +58,7 @@ OBJECTIVES = sorted(
 )
 
 
-def direction(metric: str) -> str:
+def direction(metric: str) -> Direction:
     """'maximize' for accuracy and BLEU, 'minimize' for losses and stability metrics."""
     return "maximize" if metric in MAXIMIZE else "minimize"
 

@@ -58,7 +58,7 @@ def _grid(kind: str, rng: np.random.Generator) -> np.ndarray:
     return np.arange(0, _SPAN + 1e-9, step)
 
 
-def _curve(family: str, x: np.ndarray, xs: np.ndarray) -> np.ndarray:
+def _curve(family: str, x: np.ndarray, xs: np.ndarray | float) -> np.ndarray:
     """The noiseless metric at x for optimum xs (broadcast)."""
     dx = x - xs
     if family == "asym":  # 4x steeper above the optimum than below

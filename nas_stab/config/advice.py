@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from nas_stab.config.build import Ctx
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 
 
-def advice(spec, ctx: Ctx) -> tuple[str, ...]:
+def advice(spec: Spec, ctx: Ctx) -> tuple[str, ...]:
     raw = spec.raw or {}
-    train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    train_raw = raw["train"] if isinstance(raw.get("train"), dict) else {}
     space = {d.key: d for d in spec.space.dims}
     out: list[str] = []
 
@@ -45,7 +46,8 @@ def advice(spec, ctx: Ctx) -> tuple[str, ...]:
 
 
 def _powers(lo: int, hi: int) -> list[int]:
-    out, v = [], max(lo, 1)
+    out: list[int] = []
+    v = max(lo, 1)
     while v <= hi and len(out) < 8:
         out.append(v)
         v *= 2

@@ -12,6 +12,7 @@ import math
 import re
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, Literal, Union
 
 from nas_stab.config.yamlio import Lines, line_of
@@ -103,7 +104,7 @@ def build(cls, data: Any, ctx: Ctx, path: tuple = ()) -> Any:
     return cls(**kwargs)
 
 
-def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: dict | None = None) -> Any:
+def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: Mapping[str, Any] | None = None) -> Any:
     """Check `value` against type `tp` and the field metadata; return it normalized."""
     meta = meta or {}
     origin = typing.get_origin(tp)
@@ -166,7 +167,7 @@ def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: dict | None = None
 MAX_NUMBER = 10**9  # bound of every number the schema does not bound itself: no overflow, no endless loop
 
 
-def _check_range(value: Any, meta: dict, ctx: Ctx, path: tuple) -> None:
+def _check_range(value: Any, meta: Mapping[str, Any], ctx: Ctx, path: tuple) -> None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "le" not in meta and "lt" not in meta and value > MAX_NUMBER:
             raise ctx.error(path, f"must be <= {MAX_NUMBER:g}, got {value!r}")

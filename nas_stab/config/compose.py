@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from nas_stab.config.yamlio import Lines, line_of, load_yaml
 from nas_stab.errors import SpecError
@@ -27,12 +27,20 @@ MAX_DEPTH = 16
 Files = dict[tuple, str]
 
 
+class _Where(TypedDict):
+    """Where an `extends:` error points (SpecError's keywords)."""
+
+    file: str
+    line: int | None
+    key: str
+
+
 def compose(data: Any, lines: Lines, file: str, read: Callable[[Path], str], _stack: tuple = ()) -> tuple[Any, Lines, Files]:
     """Resolve `extends:` in parsed data. Returns the merged data, its line table,
     and the file of every path that came from a base (others: `file`)."""
     if not isinstance(data, dict) or "extends" not in data:
         return data, lines, {}
-    where = dict(file=file, line=line_of(lines, ("extends",)), key="extends")
+    where = _Where(file=file, line=line_of(lines, ("extends",)), key="extends")
     ref = data.pop("extends")
     if not isinstance(ref, str) or not ref.strip():
         raise SpecError(f"must be the path of another experiment file, got {ref!r}", **where)

@@ -13,6 +13,7 @@ from typing import Any
 
 from nas_stab.config import schema
 from nas_stab.config.build import public_fields
+from nas_stab.config.schema import Spec
 
 TRANSFORMER_ONLY = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "ffn_ratio", "enc_layers",
                     "dec_layers", "head_dropout", "norm_position")
@@ -33,7 +34,7 @@ def _scope(doc: str) -> str | None:
     return head if head in ("translation", "synthetic", "text_pairs") else None
 
 
-def applicable_plain(spec) -> dict:
+def applicable_plain(spec: Spec) -> dict:
     """`to_plain(spec)` (with the raw `space:`), less the keys that cannot apply and hold their default."""
     from nas_stab.config.load import to_plain
 

@@ -296,7 +296,7 @@ def _drop_added(plain: dict, spec: Spec) -> None:
     """Keys added later, out of the hashes while they cannot apply: run directories made before them
     keep their spec hash and their runs' keys (and resume). A section may be nested ("search.transfer")."""
     for section, key, applies in _ADDED_KEYS:
-        node = plain
+        node: Any = plain  # a nested mapping, or None past a missing section
         for part in section.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict) and not applies(spec):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from nas_stab.config import schema
@@ -70,8 +71,8 @@ def _default(f: dataclasses.Field) -> str:
     return f"`{d}`"
 
 
-def _range(meta: dict, numeric: bool) -> str:
-    meta = dict(meta)
+def _range(field_meta: Mapping[str, Any], numeric: bool) -> str:
+    meta = dict(field_meta)
     if numeric:  # build.MAX_NUMBER bounds every number the schema leaves open
         if "le" not in meta and "lt" not in meta:
             meta["le"] = MAX_NUMBER

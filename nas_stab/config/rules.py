@@ -16,7 +16,7 @@ from nas_stab.config.knobs import parse_aggregation, parse_tau
 from nas_stab.config.mode import search_mode
 from nas_stab.config.rules_leaderboard import check_leaderboard, n_values
 from nas_stab.config.rules_space import check_run_time_values, check_space_values
-from nas_stab.config.schema import BracketConfig
+from nas_stab.config.schema import BracketConfig, Spec
 from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.textfmt import did_you_mean
 
@@ -26,7 +26,7 @@ from nas_stab.textfmt import did_you_mean
 BRACKET_MIN_OCTAVES = 0.05
 
 
-def check_config(spec, ctx: Ctx) -> None:
+def check_config(spec: Spec, ctx: Ctx) -> None:
     """Rules of one configuration (task, model, train, stability)."""
     t, m = spec.train, spec.model
     if t.steps is not None and t.epochs is not None:
@@ -79,15 +79,15 @@ def check_config(spec, ctx: Ctx) -> None:
 
     problem = hooks.first_problem("config", spec)  # the dataset's and the model's own rules (nas_stab.data, nas_stab.models)
     if problem:
-        key, msg = problem
-        raise ctx.error(key, msg)
+        where, msg = problem
+        raise ctx.error(where, msg)
     task_metrics = metrics.TASK_METRICS[spec.task.kind]
     if spec.search.objective in metrics.TASK_METRICS["classification"] + metrics.TASK_METRICS["translation"]:
         if spec.search.objective not in task_metrics:
             raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
 
 
-def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> list[SpecError]:
+def check_spec(spec: Spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> list[SpecError]:
     """Rules of the whole experiment; also checks every grid point's configuration. Each group of rules
     (search, runner, leaderboard, storage, tracking, the model's configuration, the searched values) reports
     its first problem, and every group runs: the problems of all groups are returned together (`nas-stab
@@ -110,7 +110,7 @@ def check_spec(spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> 
     return errors
 
 
-def _check_search(spec, ctx: Ctx) -> None:
+def _check_search(spec: Spec, ctx: Ctx) -> None:
     s = spec.search
     if s.objective not in metrics.OBJECTIVES:
         raise ctx.error(("search", "objective"), f"unknown metric {s.objective!r}" + did_you_mean(s.objective, metrics.OBJECTIVES))
@@ -131,7 +131,7 @@ def _check_search(spec, ctx: Ctx) -> None:
         raise ctx.error(key, msg)
 
 
-def _check_adaptive_seeds(spec, ctx: Ctx) -> None:
+def _check_adaptive_seeds(spec: Spec, ctx: Ctx) -> None:
     """`seeds: {min, max}` adds seeds where a leaderboard verdict is still open: it needs a job source (grid or
     bracket: an Optuna sampler's trial trains every seed of its configuration) and a size axis (the verdicts)."""
     mode = search_mode(spec)
@@ -148,7 +148,7 @@ def _check_adaptive_seeds(spec, ctx: Ctx) -> None:
                         "they need leaderboard.transfer (the size axis); give a seed count")
 
 
-def _check_runner(spec, ctx: Ctx) -> None:
+def _check_runner(spec: Spec, ctx: Ctx) -> None:
     r = spec.runner
     res = r.resources if r.resources is not None else {}
     if not isinstance(res, dict):
@@ -162,7 +162,7 @@ def _check_runner(spec, ctx: Ctx) -> None:
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
 
 
-def _check_bracket(spec, ctx: Ctx) -> None:
+def _check_bracket(spec: Spec, ctx: Ctx) -> None:
     """search.bracket only with sampler bracket or search.transfer.inner: bracket; the learning rate
     (leaderboard.lr) searched with positive numbers inside lr_limits, unconditionally; step >=
     resolution; limits ordered."""
@@ -203,7 +203,7 @@ def _check_bracket(spec, ctx: Ctx) -> None:
                         f"search.bracket.lr_limits {list(lim)}; got {bad[0]!r}")
 
 
-def _check_transfer(spec, ctx: Ctx) -> None:
+def _check_transfer(spec: Spec, ctx: Ctx) -> None:
     """search.transfer: an Optuna sampler for the outer trials, objectives the analysis computes (cmaes:
     one), the size axis and the learning rate searched as discrete, unconditional dimensions (the inner
     grid), and at least one other searched key (the architecture)."""
@@ -226,8 +226,8 @@ def _check_transfer(spec, ctx: Ctx) -> None:
                         "(search.transfer.inner: grid) or each size's bracketed lr (inner: bracket)")
     problem = hooks.first_problem("transfer", spec)  # the objectives' names (nas_stab.search.transfer_objectives)
     if problem:
-        key, msg = problem
-        raise ctx.error(key, msg)
+        where, msg = problem
+        raise ctx.error(where, msg)
     if len(set(t.objectives)) < len(t.objectives):
         raise ctx.error(("search", "transfer", "objectives"), f"an objective is named twice: {list(t.objectives)}")
     if len(t.objectives) > 1 and s.sampler == "cmaes":
@@ -299,7 +299,7 @@ def _check_storage(url, ctx: Ctx) -> None:
             raise ctx.error(("search", "storage"), f"the SQLite file's directory {parent} does not exist")
 
 
-def _check_tracking(spec, ctx: Ctx) -> None:
+def _check_tracking(spec: Spec, ctx: Ctx) -> None:
     """logging.tracking names backends whose packages are installed: a missing one is one error before
     anything trains, not a failure logged after every run."""
     problem = hooks.first_problem("tracking", spec)  # nas_stab.results.tracking

@@ -3,15 +3,24 @@ reference row, and the warnings a valid table can still earn (only `inconclusive
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from nas_stab import metrics
-from nas_stab.config.build import Ctx
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
+from nas_stab.errors import SpecError
 from nas_stab.metrics import parse_epsilon
 from nas_stab.textfmt import did_you_mean
 
 
-def check_leaderboard(spec, ctx: Ctx, *, stored: bool = False, axes: bool = True) -> None:
+class RuleCtx(Protocol):
+    """What the leaderboard rules ask of their context: the error naming a broken key (a `build.Ctx`, or
+    results/leaderboard.py's, which names the flag that set it)."""
+
+    def error(self, path: tuple, message: str) -> SpecError: ...
+
+
+def check_leaderboard(spec: Spec, ctx: RuleCtx, *, stored: bool = False, axes: bool = True) -> None:
     """The rules of ``leaderboard:``: of an experiment file, and of the same values given as flags of
     `nas-stab leaderboard` (results/leaderboard.py checks them with a Ctx that names the flags).
     `stored`: a run directory's spec.yaml, which opens even if it predates a rule. `axes`: also the
@@ -47,7 +56,7 @@ def is_lr_key(key: str) -> bool:
     return leaf == "lr" or leaf.endswith("_lr")
 
 
-def _check_roles(spec, ctx: Ctx) -> None:
+def _check_roles(spec: Spec, ctx: RuleCtx) -> None:
     """Each key of the table has one role: the lr is a learning rate, the size axis is not the lr,
     the row labels are neither; the tolerance is a finite number of octaves; a reference size needs
     a size axis."""
@@ -68,7 +77,7 @@ def _check_roles(spec, ctx: Ctx) -> None:
         raise ctx.error(("leaderboard", "reference"), f"{lb.reference!r} is a size of leaderboard.transfer, which is not set")
 
 
-def _check_reference(spec, ctx: Ctx) -> None:
+def _check_reference(spec: Spec, ctx: RuleCtx) -> None:
     """leaderboard.reference is one of the sizes searched (16 and 16.0 are one size)."""
     lb = spec.leaderboard
     ref = lb.reference
@@ -103,7 +112,7 @@ def n_values(d) -> float:
     return len(Space.values_of(d)) if d.discrete else math.inf
 
 
-def _check_axes(spec, ctx: Ctx) -> None:
+def _check_axes(spec: Spec, ctx: RuleCtx) -> None:
     """A transfer leaderboard needs its size axis searched with >= 2 values and its lr with >= 3:
     one size has nothing to transfer to, and with two lrs every optimum is at the grid's end."""
     lb = spec.leaderboard
@@ -125,7 +134,7 @@ def _check_axes(spec, ctx: Ctx) -> None:
                         f"optimum lies at the grid's end); leave it out of space: to compare the sizes at one fixed lr")
 
 
-def leaderboard_warnings(spec) -> list[str]:
+def leaderboard_warnings(spec: Spec) -> list[str]:
     """Settings that are valid but can only give `inconclusive` verdicts (printed, not errors)."""
     lb = spec.leaderboard
     if lb.transfer is None:

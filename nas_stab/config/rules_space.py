@@ -8,12 +8,13 @@ import math
 
 from nas_stab.config.build import Ctx
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.errors import SpecError, SpecErrors
 
 GRID_CHECK_LIMIT = 20_000
 
 
-def check_space_values(spec, ctx: Ctx) -> None:
+def check_space_values(spec: Spec, ctx: Ctx) -> None:
     from nas_stab.config.load import get_key, resolve
 
     base = lambda k: get_key(spec, k)  # noqa: E731
@@ -57,11 +58,11 @@ def check_space_values(spec, ctx: Ctx) -> None:
             new = [e for e in (err.errors if isinstance(err, SpecErrors) else [err]) if (e.key, e.message) not in base_problems]
             if not new:
                 continue
-            e = new[0]
-            culprit = next((k for k in params if e.key and (e.key == k or e.key.startswith(k + "."))), None)
+            bad = new[0]
+            culprit = next((k for k in params if bad.key and (bad.key == k or bad.key.startswith(k + "."))), None)
             culprit = culprit or next(iter(params))
             combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
-            raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {e.key + ': ' if e.key else ''}{e.message}") from None
+            raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {bad.key + ': ' if bad.key else ''}{bad.message}") from None
 
 
 def _pop_path(data, parts: list) -> bool:
@@ -71,7 +72,7 @@ def _pop_path(data, parts: list) -> bool:
     return isinstance(data, dict) and data.pop(parts[-1], None) is not None
 
 
-def check_run_time_values(spec, ctx: Ctx) -> None:
+def check_run_time_values(spec: Spec, ctx: Ctx) -> None:
     """The device exists, the synthetic shape is one the data can take."""
     dev = spec.train.device
     if dev.startswith("cuda"):

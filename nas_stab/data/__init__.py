@@ -11,8 +11,10 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nas_stab.config import hooks
+from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 
 DATASETS = Registry("dataset")
@@ -31,7 +33,7 @@ class DataInfo:
 __all__ = ["DATASETS", "DataInfo", "check_dataset", "load_dataset", "resolve_root", "reuse_loaded", "cache_dir"]
 
 
-def dataset_key(spec) -> str:
+def dataset_key(spec: Spec) -> str:
     """The registry key of `spec.task.dataset.name`: "<kind>/<name>" when a
     task-qualified entry exists (e.g. "translation/synthetic"), else the name."""
     name = spec.task.dataset.name
@@ -40,7 +42,7 @@ def dataset_key(spec) -> str:
 
 
 @hooks.register("config", "dataset")
-def check_dataset(spec) -> tuple[tuple, str] | None:
+def check_dataset(spec: Spec) -> tuple[tuple, str] | None:
     d = spec.task.dataset
     key = dataset_key(spec)
     if key not in DATASETS:
@@ -82,7 +84,7 @@ def reuse_loaded():
 PATH_KEYS = ("root",)  # text_pairs' file names stay relative to the root (then the working directory), as documented
 
 
-def spec_dir(spec) -> Path | None:
+def spec_dir(spec: Spec) -> Path | None:
     """The directory of the experiment file `spec` was loaded from (None: text, a test, --set)."""
     src = getattr(spec, "source", None) or ""
     if not src or src.startswith("<"):
@@ -90,7 +92,7 @@ def spec_dir(spec) -> Path | None:
     return Path(os.path.expanduser(src)).resolve().parent
 
 
-def dataset_paths(spec):
+def dataset_paths(spec: Spec):
     """`spec.task.dataset` with its root absolute: '~' expanded, and a relative root taken
     relative to the experiment file's directory (the working directory for a spec that
     is not a file, and for `--set task.dataset.root=...`), so a spec finds its data
@@ -99,7 +101,7 @@ def dataset_paths(spec):
 
     cfg = spec.task.dataset
     base = spec_dir(spec) or Path.cwd()
-    updates = {}
+    updates: dict[str, Any] = {}  # DatasetConfig fields (dataclasses.replace)
     for k in PATH_KEYS:
         v = getattr(cfg, k, None)
         if isinstance(v, str) and v:
@@ -107,7 +109,7 @@ def dataset_paths(spec):
     return dataclasses.replace(cfg, **updates) if updates else cfg
 
 
-def load_dataset(spec, device):
+def load_dataset(spec: Spec, device):
     """Load `spec.task.dataset` onto `device` (once per `reuse_loaded()` block)."""
     cfg = dataset_paths(spec)
     key = (dataset_key(spec), repr(cfg), str(device))

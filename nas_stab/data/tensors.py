@@ -46,6 +46,7 @@ class TensorData:
         if x.dtype == torch.uint8:
             x = x.float().div_(255.0)
             if self.mean is not None:  # in place on the fresh float copy: no temporaries
+                assert self.std is not None, "mean and std are set together"
                 x.sub_(self.mean.view(1, -1, 1, 1)).div_(self.std.view(1, -1, 1, 1))
         if self.normalize == "unit":
             return unit_norm(x)

@@ -24,9 +24,11 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
+from nas_stab.config.schema import Spec
 from nas_stab.data import DATASETS, DataInfo, cache_dir, resolve_root
 from nas_stab.errors import DataError
 
@@ -60,10 +62,18 @@ class Split:
         return self
 
 
+class Tokenizer(Protocol):
+    """What TextData asks of its sentencepiece.SentencePieceProcessor."""
+
+    def decode(self, ids: list[list[int]]) -> list[str]: ...
+
+    def encode(self, lines: list[str]) -> list[list[int]]: ...
+
+
 @dataclass
 class TextData:
     info: DataInfo
-    sp: object  # sentencepiece.SentencePieceProcessor
+    sp: Tokenizer  # sentencepiece.SentencePieceProcessor
     splits: dict[str, Split] = field(default_factory=dict)
     note: str = ""
 
@@ -155,6 +165,7 @@ def train_tokenizer(src: list[str], tgt: list[str], vocab_size: int, kind: str =
     lock = open(str(path) + ".lock", "w") if path is not None else None
     try:
         if lock is not None:
+            assert path is not None, "the lock is the model file's"
             fcntl.flock(lock, fcntl.LOCK_EX)  # one trainer per model; the others wait and read it
             if path.is_file():
                 return spm.SentencePieceProcessor(model_file=str(path))
@@ -271,7 +282,7 @@ def _user_path(root: Path, p: str) -> Path:
     raise DataError(f"text_pairs file {p} not found; looked for {', '.join(str(c) for c in cands)}")
 
 
-def _check_text_pairs(spec):
+def _check_text_pairs(spec: Spec):
     d = spec.task.dataset
     for a, b in (("train_src", "train_tgt"), ("val_src", "val_tgt"), ("test_src", "test_tgt")):
         if (getattr(d, a) is None) != (getattr(d, b) is None):

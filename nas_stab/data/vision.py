@@ -25,6 +25,7 @@ import os
 import pickle
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -262,7 +263,7 @@ def decode_folder(root: Path) -> dict:
                         f"(looked for {', '.join(IMAGE_EXT[:3])}... files in {'the archive' if root.is_file() else 'the directory'} {root})")
     classes = sorted(set(found["train"][2]))
     index = {c: i for i, c in enumerate(classes)}
-    out = {"classes": classes, "version": CACHE_VERSION, "source": str(root)}
+    out: dict[str, Any] = {"classes": classes, "version": CACHE_VERSION, "source": str(root)}
     for split_name, (names, blobs, labels) in found.items():
         unknown = sorted(set(labels) - set(index))
         if unknown:

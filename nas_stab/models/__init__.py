@@ -12,6 +12,7 @@ Scalar parameters (0-d tensors: learnable tau, Fixup biases) are trained at
 from __future__ import annotations
 
 from nas_stab.config import hooks
+from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 
 ARCHS = Registry("arch")
@@ -20,7 +21,7 @@ __all__ = ["ARCHS", "build_model", "check_model"]
 
 
 @hooks.register("config", "model")
-def check_model(spec) -> tuple[tuple, str] | None:
+def check_model(spec: Spec) -> tuple[tuple, str] | None:
     """(key path, reason) if the model section cannot be built, else None."""
     m = spec.model
     if m.arch not in ARCHS:
@@ -38,7 +39,7 @@ def check_model(spec) -> tuple[tuple, str] | None:
     return problem
 
 
-def build_model(spec, info):
+def build_model(spec: Spec, info):
     """Build the architecture named by `spec.model.arch` for data described by `info`, in the parametrization
     `spec.model.parametrization` (weight/sp and path as built; mup and depth_mup rescaled by `parametrization.apply`)."""
     build = ARCHS.get(spec.model.arch)

@@ -62,6 +62,8 @@ class Tau(nn.Module):
     is the average of the per-block gradients (the tau paper's code).
     """
 
+    value: torch.Tensor  # a buffer, or the parameter when learnable
+
     def __init__(self, tau, L: int, *, learnable: bool = False):
         super().__init__()
         form, learnable_form = parse_tau(tau)
@@ -90,7 +92,7 @@ class Tau(nn.Module):
 def record_init(w: torch.Tensor, fan: float, gain: float) -> None:
     """Record on `w` that its SP init has variance gain / fan (`_nas_fan`, `_nas_gain`): the muP rescaling
     (`parametrization.py`) needs each tensor's SP std exactly, not a sample estimate."""
-    w._nas_fan, w._nas_gain = fan, gain
+    w._nas_fan, w._nas_gain = fan, gain  # type: ignore[attr-defined]  # a Tensor takes new attributes at run time
 
 
 def kaiming_normal_(w: torch.Tensor, fan: int, gain: float = 2.0) -> torch.Tensor:

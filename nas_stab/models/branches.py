@@ -32,6 +32,8 @@ BN on the reparameterized network.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +61,8 @@ class MultiBranch(nn.Module):
         L: residual blocks in the network (Fixup's L^(-1/(2b-2))).
         preact: norm and ReLU before each layer, nothing after the last.
     """
+
+    alpha: torch.Tensor  # a buffer (registered in __init__)
 
     def __init__(self, cin: int, layers: list[tuple[int, int, int]], *, C: int, alpha: float, norm: str = "none",
                  path: bool = False, ln_mode: str = "chw", scalar_bias: bool = False, fixup_scale: bool = False,
@@ -96,7 +100,7 @@ class MultiBranch(nn.Module):
 
     def reset_parameters(self, init: str, gain: float, last_gain: float, L: int) -> None:
         with torch.no_grad():
-            for i, layer in enumerate(self.layers):
+            for i, layer in enumerate(cast(Sequence[Layer], self.layers)):  # every one a Layer (__init__)
                 last = i == self.b - 1
                 kaiming_normal_(layer.weight, layer.fan_out(), last_gain if last else 2.0)
                 layer.weight.mul_(gain)
@@ -109,7 +113,7 @@ class MultiBranch(nn.Module):
                     layer.init_path_diagonal()
             if init == "zero_last":
                 g = None if self.preact else norm_gain(self.norms[-1])
-                (g if g is not None else self.layers[-1].weight).zero_()
+                (g if g is not None else cast(Layer, self.layers[-1]).weight).zero_()
 
     def _per_branch(self, params: nn.ParameterList, start: int) -> torch.Tensor:
         return torch.stack(list(params[start:start + self.C]))
@@ -167,7 +171,7 @@ class MultiBranch(nn.Module):
         weight, and never summed over the one branch (the two weight-sized
         copies and their backward cost a width-512 mlp_resnet ~6% of its step).
         """
-        layer = self.layers[-1]
+        layer = cast(Layer, self.layers[-1])
         a = self._weights()
         w = layer.effective_weight()
         if self.C == 1:

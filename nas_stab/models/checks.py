@@ -5,7 +5,7 @@ Pure Python (no torch): `nas-stab validate` runs these on every grid point.
 """
 from __future__ import annotations
 
-from nas_stab.config.schema import ModelConfig
+from nas_stab.config.schema import ModelConfig, Spec
 
 _DEFAULTS = ModelConfig()
 TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "ffn_ratio", "enc_layers",
@@ -19,7 +19,7 @@ def _bad(key: str, reason: str):
     return ("model", key), reason
 
 
-def common(spec, *, conv: bool):
+def common(spec: Spec, *, conv: bool):
     """Rules shared by every vision architecture."""
     m = spec.model
     if m.stages != _DEFAULTS.stages and m.arch != "plainnet":
@@ -60,7 +60,7 @@ def common(spec, *, conv: bool):
     return None
 
 
-def plain(spec, *, conv: bool):
+def plain(spec: Spec, *, conv: bool):
     """mlp and plainnet: one stack of layers, no residual branches, no skips."""
     m = spec.model
     problem = common(spec, conv=conv)
@@ -87,7 +87,7 @@ def plain(spec, *, conv: bool):
     return None
 
 
-def residual(spec, *, conv: bool, b: int):
+def residual(spec: Spec, *, conv: bool, b: int):
     """mlp_resnet, resnet and resnext; b is the depth of one branch."""
     m = spec.model
     problem = common(spec, conv=conv)
@@ -120,7 +120,7 @@ def residual(spec, *, conv: bool, b: int):
     return None
 
 
-def cifar_depth(spec, per_block: int):
+def cifar_depth(spec: Spec, per_block: int):
     """resnet: depth = 6n + 2; resnext: depth = 9n + 2 (3 stages of n blocks)."""
     m = spec.model
     layers = 3 * per_block

@@ -38,6 +38,9 @@ class Layer(nn.Module):
         path: path-space parametrization.
     """
 
+    mask: torch.Tensor  # buffers (registered in __init__ when used): a ratio layer's diagonal, a path layer's index
+    diag_index: torch.Tensor
+
     def __init__(self, cin: int, cout: int, *, C: int = 1, grouped: bool = False, conv: bool = False,
                  k: int = 1, stride: int = 1, path: bool = False, head: Layer | None = None):
         super().__init__()
@@ -49,6 +52,7 @@ class Layer(nn.Module):
         self.ratio = path and head is not None
         self._head = (head,)  # a reference, not a submodule (the head is registered where it lives)
         if self.ratio:
+            assert head is not None, "a ratio layer has a head"
             if not (grouped or C == 1) or cin != cout or stride != 1 or head.cout != cin:
                 raise ValueError("a chain continues only through a ch -> ch layer at stride 1")
             self.register_buffer("mask", self._diag_mask(), persistent=False)
@@ -95,7 +99,9 @@ class Layer(nn.Module):
         that Path-BN can normalize the off-diagonal sum alone)."""
         if not self.ratio:
             return self.weight
-        d = self.head.diag().view(self.C, 1, self.cin).expand(self.C, self.cout, self.cin)
+        head = self.head
+        assert head is not None, "a ratio layer has a head"
+        d = head.diag().view(self.C, 1, self.cin).expand(self.C, self.cout, self.cin)
         d = d.reshape(self.C * self.cout, self.cin)
         if self.conv:
             d = d.view(*d.shape, 1, 1)

@@ -61,6 +61,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from nas_stab.config.schema import Spec
+from nas_stab.models.base import Tau
+
 __all__ = ["LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
 
 WIDTH_FORMS = ("mup", "depth_mup")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
@@ -75,7 +78,7 @@ def width_key(arch: str) -> str:
     return "d_model" if arch == "transformer" else "width"
 
 
-def check(spec) -> tuple[tuple, str] | None:
+def check(spec: Spec) -> tuple[tuple, str] | None:
     """(key path, reason) when the parametrization cannot be applied to this model, else None."""
     m = spec.model
     p = m.parametrization
@@ -185,14 +188,15 @@ def _std(p: torch.Tensor) -> float | None:
     return math.sqrt(gain / fan) if fan else None
 
 
-def apply(model: nn.Module, spec, info, build) -> list[str]:
+def apply(model: nn.Module, spec: Spec, info, build) -> list[str]:
     """Turn the SP `model` built by `build(spec, info)` into `spec.model.parametrization` in place (init,
     readout multiplier, per-parameter lr multipliers; the transformer's embedding multiplier and attention
     scale); returns notes (tensors whose SP init is unknown)."""
     m = spec.model
     wkey = width_key(m.arch)
     base_width = m.base_width or getattr(m, wkey)
-    base_model = dataclasses.replace(m, parametrization="weight", **{wkey: base_width})
+    width: dict[str, Any] = {wkey: base_width}  # ModelConfig.width or .d_model (dataclasses.replace)
+    base_model = dataclasses.replace(m, parametrization="weight", **width)
     with torch.random.fork_rng(devices=[]):
         base = build(dataclasses.replace(spec, model=base_model), info)
     readout = READOUT[m.arch]
@@ -205,13 +209,13 @@ def apply(model: nn.Module, spec, info, build) -> list[str]:
         head = model.get_submodule(readout)
         if r_in != 1.0:
             head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))
-        head._nas_output_mult = 1.0 / r_in  # for the record (and the tests)
+        head._nas_output_mult = 1.0 / r_in  # type: ignore[assignment]  # for the record (and the tests); torch's stub: Tensor | Module only
     if m.parametrization == "depth_mup":
         _depth_mup(model, spec, info, build)
     return notes
 
 
-def _rescale(model: nn.Module, base: nn.Module, kinds: dict[str, dict[str, Any]], spec) -> list[str]:
+def _rescale(model: nn.Module, base: nn.Module, kinds: dict[str, dict[str, Any]], spec: Spec) -> list[str]:
     """Each parameter's muP init (its SP init times the exact ratio of the target std to its SP std) and its lr
     multiplier; notes for tensors whose SP init is not recorded."""
     notes: list[str] = []
@@ -239,7 +243,7 @@ def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> Non
     (TP-V's 1/dh, SP's 1/sqrt(dh) at the base width, where the scale stays None: SDPA's own, bit for bit)."""
     from nas_stab.models.transformer import MultiHeadAttention
 
-    model.readout_mult = 1.0 / r
+    model.readout_mult = 1.0 / r  # type: ignore[assignment]  # Module.__setattr__ takes any value; torch's stub: Tensor | Module
     model.embed_scale = base.embed_scale
     base_modules = dict(base.named_modules())
     for name, mod in model.named_modules():
@@ -249,12 +253,13 @@ def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> Non
                 mod.scale = math.sqrt(dh0) / mod.dh
 
 
-def _depth_mup(model: nn.Module, spec, info, build) -> None:
+def _depth_mup(model: nn.Module, spec: Spec, info, build) -> None:
     """Depth-muP relative to base_depth: the residual branches times sqrt(L0 / L) (through tau) and, with
     Adam, the blocks' learning rates times sqrt(L0 / L), where L and L0 count residual blocks (`Tau.L`): the
     mlp_resnet's depth, the resnet's 3n of depth 6n + 2."""
     m = spec.model
     tau = model.tau
+    assert isinstance(tau, Tau), "depth_mup's architectures (SUPPORTED) share one Tau"
     L = tau.L
     if m.base_depth is None or m.base_depth == m.depth:
         L0 = L

@@ -50,8 +50,8 @@ def _per_output(vec: torch.Tensor, layer: Layer) -> torch.Tensor:
 def path_values(weights: list[torch.Tensor], layers: list[Layer]) -> list[torch.Tensor]:
     """Path values of one chain given its weight-space tensors (same shapes)."""
     n = len(layers)
-    c = [None] * n
-    c[-1] = torch.ones(weights[-1].shape[0], dtype=weights[-1].dtype, device=weights[-1].device)
+    # c[l]: the scale of layer l's units; c[-1] = 1, every other entry is set below
+    c = [torch.ones(weights[-1].shape[0], dtype=weights[-1].dtype, device=weights[-1].device)] * n
     for l in range(n - 1, 0, -1):
         d = _diag(weights[l], layers[l])
         if (d <= 0).any():

@@ -25,6 +25,8 @@ from nas_stab.models.skip import Skip
 
 
 class ResidualBlock(nn.Module):
+    _tau: Tau  # set in __init__ past nn.Module's registration
+
     def __init__(self, branch: MultiBranch, skip: Skip, tau: Tau, shortcut: nn.Module | None = None):
         super().__init__()
         self.branch = branch

@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nas_stab.config.schema import Spec
 from nas_stab.models import ARCHS, checks
-from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, model_tau, scalar, uses_path, uses_scalar_bias
+from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, model_tau, record_init, scalar, uses_path, uses_scalar_bias
 from nas_stab.models.branches import MultiBranch, fixup_classifier_, he_fan_out_
 from nas_stab.models.layers import make_norm
 from nas_stab.models.residual import PadShortcut, ResidualBlock
@@ -74,7 +75,7 @@ class CifarResNet(StableModel):
         self.final_norm = make_norm(cfg.norm, cin, conv=True, ln_mode=cfg.ln_mode) if self.preact else None
         self.head = nn.Linear(cin, classes)
         nn.init.normal_(self.head.weight, 0.0, cin ** -0.5)
-        self.head.weight._nas_fan, self.head.weight._nas_gain = cin, 1.0  # its SP init, for muP (parametrization.py)
+        record_init(self.head.weight, cin, 1.0)  # its SP init, for muP (parametrization.py)
         nn.init.zeros_(self.head.bias)
         if cfg.init == "fixup":
             fixup_classifier_(self.head)
@@ -89,6 +90,7 @@ class CifarResNet(StableModel):
         for block in self.blocks:
             h = block(h)
         if self.preact:
+            assert self.final_norm is not None, "a preact resnet has a final norm"
             h = F.relu(self.final_norm(h))
         h = h.mean((2, 3))
         if self.biases is not None:
@@ -100,10 +102,10 @@ def _basic(cin: int, planes: int, stride: int):
     return [(3, planes, stride), (3, planes, 1)]
 
 
-def _check_resnet(spec):
+def _check_resnet(spec: Spec):
     return checks.cifar_depth(spec, 2) or checks.residual(spec, conv=True, b=2)
 
 
 @ARCHS.register("resnet", task="classification", check=_check_resnet, doc="CIFAR ResNet (depth 6n+2), multi-branch basic blocks")
-def build_resnet(spec, info):
+def build_resnet(spec: Spec, info):
     return CifarResNet(info.in_shape, info.classes, spec.model, per_block=2, branch_layers=_basic, shortcut=PadShortcut)

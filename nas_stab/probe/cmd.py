@@ -47,7 +47,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.errors import NasStabError, SpecError
 from nas_stab.probe.measure import TaskCache, probe_one
@@ -55,13 +55,16 @@ from nas_stab.probe.plots import write_plots
 from nas_stab.probe.seeds import aggregate, slopes
 from nas_stab.probe.table import axes, fmt, probe_markdown, provenance_text, write_csv, write_slopes
 
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
+
 INT_MAX_VALUES = 9  # an integer range of more values is probed at 5 spread points
 
 
 # ---------------------------------------------------------------- configurations
 
 
-def probe_points(spec) -> tuple[list[dict[str, Any]], list[str]]:
+def probe_points(spec: Spec) -> tuple[list[dict[str, Any]], list[str]]:
     """The configurations to probe, and notes on how continuous dimensions were discretized."""
     from nas_stab.config.rules_space import GRID_CHECK_LIMIT
     from nas_stab.search.plan import base_lookup
@@ -106,7 +109,7 @@ def _spread(d) -> list:
 # ---------------------------------------------------------------- the command
 
 
-def run_probe(spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stream=None,
+def run_probe(spec: Spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stream=None,
               seeds: int | None = None, command: str | None = None) -> int:
     """Probe every configuration of `spec`'s space at each seed; write probe.csv, probe_slopes.csv,
     probe.md, probe_provenance.txt and plots/probe_*.png. `seeds`: the first N seeds of `seeds:` (default all)."""
@@ -129,8 +132,8 @@ def run_probe(spec, steps: int = 0, out_root: Path | str = Path("runs"), *, stre
     out.mkdir(parents=True, exist_ok=True)
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
-    for n in notes:
-        print(f"note: {n}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"probing {len(points)} configuration(s) x {len(use_seeds)} seed(s), "
           f"{'at init' if not steps else f'at init and after {steps} step(s) on the probe batch'} -> {out}",
           file=sys.stderr, flush=True)

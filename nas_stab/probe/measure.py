@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.metrics import PROBE_EXTRA, STABILITY_METRICS
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 PER_LAYER = ("fwd_norm.", "grad_stream.", "bn_sigma.")  # the per-block / per-BatchNorm values of a snapshot in probe.csv
 
@@ -18,7 +21,7 @@ class TaskCache:
         self.key = None
         self.task = None
 
-    def get(self, spec, seed, device):
+    def get(self, spec: Spec, seed, device):
         from nas_stab.config import to_plain
         from nas_stab.tasks import load_task
 
@@ -35,7 +38,7 @@ def _nonfinite_loss(what: str, value: float) -> bool:
     return what == "loss" and not math.isfinite(value)
 
 
-def probe_one(spec, seed: int, steps: int, tasks: TaskCache | None = None) -> dict[str, Any]:
+def probe_one(spec: Spec, seed: int, steps: int, tasks: TaskCache | None = None) -> dict[str, Any]:
     """Snapshot at init, then K optimizer steps on the probe batch and a second snapshot."""
     from nas_stab.models import build_model
     from nas_stab.stability.divergence import explain_nonfinite

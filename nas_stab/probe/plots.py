@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.metrics import STABILITY_METRICS
 from nas_stab.probe.table import axes, fmt
 
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
-def write_plots(spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Path]:
+
+def write_plots(spec: Spec, rows: list[dict], plots_dir: Path, steps: int) -> list[Path]:
     """The muP-style figures from one row per configuration (medians over seeds, with `<col>_lo`/`_hi`
     ranges when several seeds were probed); returns the files written."""
     ok = [r for r in rows if r["status"] in ("ok", "nonfinite")]
@@ -214,12 +217,12 @@ def _colors(values: list):
     return {v: cmap(0.92 * i / n) for i, v in enumerate(values)}
 
 
-def _block_norms(r: dict) -> list[float] | None:
-    """[input RMS, block 1 output RMS, ...]; the input RMS from fwd_ratio = last / input."""
+def _block_norms(r: dict) -> list[float]:
+    """[input RMS, block 1 output RMS, ...]; the input RMS from fwd_ratio = last / input. [] when a block's is missing."""
     n = r.get("blocks") or 0
-    outs = [r.get(f"init_fwd_norm.{i}") for i in range(n)]
-    if not outs or any(v is None for v in outs):
-        return None
+    outs = [v for i in range(n) if (v := r.get(f"init_fwd_norm.{i}")) is not None]
+    if not outs or len(outs) < n:
+        return []
     ratio = r.get("init_fwd_ratio")
     first_in = outs[-1] / ratio if ratio and math.isfinite(ratio) and ratio > 0 else math.nan
     return [first_in, *outs]
@@ -251,7 +254,7 @@ def _panels(rows: list[dict], compare: list[str], others: list[str], value) -> l
 
 
 def _signature(rows: list[dict], value) -> tuple:
-    out = []
+    out: list[tuple | float | str] = []
     for r in rows:
         v = value(r)
         if isinstance(v, list):

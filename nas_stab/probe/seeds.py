@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from typing import Any
+from typing import Any, TypeGuard
 
 from nas_stab.analysis.intervals import widen_replicates
 from nas_stab.metrics import STABILITY_METRICS
@@ -32,7 +32,7 @@ BOOTSTRAP = 1000
 LEVEL = 0.90
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 

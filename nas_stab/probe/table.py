@@ -7,19 +7,23 @@ import io
 import json
 import math
 import platform
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.csvsafe import escape_cell
 from nas_stab.metrics import PROBE_EXTRA, STABILITY_METRICS
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 # the columns of the printed table (probe.csv holds every metric)
 TABLE = ("fwd_ratio", "enc_fwd_ratio", "dec_fwd_ratio", "branch_ratio", "grad_norm", "grad_ratio", "update_norm",
          "loss_drop", "eos_ratio", "attn_logit_max")
 
 
-def axes(spec) -> tuple[str | None, list[str]]:
+def axes(spec: Spec) -> tuple[str | None, list[str]]:
     """The size axis (`leaderboard.transfer` when searched, else the first numeric key) and the keys that label
     a line of the table's rows (`leaderboard.compare`, then the other searched keys)."""
     keys = list(spec.space.keys)
@@ -56,7 +60,7 @@ def write_slopes(path: Path, rows: list[dict], line_keys: list[str]) -> None:
     _write_rows(path, rows, [*line_keys, "metric", "slope", "lo", "hi", "sizes", "seeds"])
 
 
-def provenance_text(spec, seeds: list, steps: int, started, seconds: float, n_rows: int, command: str | None) -> str:
+def provenance_text(spec: Spec, seeds: list, steps: int, started, seconds: float, n_rows: int, command: str | None) -> str:
     """probe_provenance.txt: what produced probe.csv (the commit says '+dirty' when the source had local changes)."""
     import torch
 
@@ -106,8 +110,8 @@ def _csv(v: Any) -> Any:
     return escape_cell(v)  # no spreadsheet formula from a value
 
 
-def probe_markdown(spec, rows: list[dict], keys: list[str], steps: int, seeds: list, notes: list[str], seconds: float,
-                   *, slope_rows: list[dict] = (), size_key: str | None = None, line_keys: list[str] = ()) -> str:
+def probe_markdown(spec: Spec, rows: list[dict], keys: list[str], steps: int, seeds: list, notes: list[str], seconds: float,
+                   *, slope_rows: Sequence[dict] = (), size_key: str | None = None, line_keys: Sequence[str] = ()) -> str:
     """`rows`: one per configuration (probe_seeds.aggregate: medians over seeds)."""
     import torch
 

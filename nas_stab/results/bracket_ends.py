@@ -9,6 +9,7 @@ import pandas as pd
 
 from nas_stab.analysis.values import fmt_value
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.results.reader import Run
 from nas_stab.search.bracket import BracketSource
 from nas_stab.search.plan import base_lookup
@@ -55,7 +56,7 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
     return out
 
 
-def _architecture(spec, record: dict, lr_key: str) -> dict:
+def _architecture(spec: Spec, record: dict, lr_key: str) -> dict:
     """A transfer search's outer trial as one of its runs recorded it: the searched keys other than the
     lr and the size that are active (as the search decided it: from these values and the base spec)."""
     return architecture(outer_dims(spec, lr_key), base_lookup(spec), lambda d: record.get(d.key))
@@ -77,9 +78,9 @@ def _replayed_ends(src, records: list[dict], lr_key: str) -> list[str]:
         hit = None
         if lr == lr and lr > 0:
             for names, sweeps in keysets.items():
-                i = sweeps.get(tuple(fmt_value(r.get(k)) for k in names))
-                if i is not None:
-                    hit = (i, math.log2(float(lr)))
+                sweep = sweeps.get(tuple(fmt_value(r.get(k)) for k in names))
+                if sweep is not None:
+                    hit = (sweep, math.log2(float(lr)))
                     break
         where.append(hit)
     known: dict[int, set[float]] = {i: set(lrs) for i, (_, lrs) in enumerate(src.sweeps)}

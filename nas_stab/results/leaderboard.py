@@ -255,11 +255,11 @@ def build_leaderboard(
         RunError: a run directory is missing, malformed or empty.
         SpecError: an unknown format.
     """
-    run_dirs = [Path(d) for d in run_dirs]
+    dirs = [Path(d) for d in run_dirs]
     fmts = _parse_formats(formats)
-    out = _out_dir(run_dirs, out_dir)
-    command = _command(run_dirs, out, fmts, overrides)
-    a, prov, runs = load_analysis(run_dirs, n_boot=n_boot, command=command, overrides=overrides)
+    out = _out_dir(dirs, out_dir)
+    command = _command(dirs, out, fmts, overrides)
+    a, prov, runs = load_analysis(dirs, n_boot=n_boot, command=command, overrides=overrides)
     plots_dir = out / "plots"
     if plots and (plots_dir.is_symlink() or plots_dir.exists() and not plots_dir.is_dir()):
         raise RunError(f"{plots_dir}: a symbolic link or a file; the leaderboard writes its figures only into a "

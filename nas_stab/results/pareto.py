@@ -23,6 +23,7 @@ import pandas as pd
 from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.results._plotbase import _figure, _plain, _png, _short_keys, _wrap
 from nas_stab.results.html_page import figure_html, html_table
 from nas_stab.search.transfer_objectives import directions
@@ -30,13 +31,14 @@ from nas_stab.search.transfer_objectives import directions
 CAPTION = "Pareto front of the transfer search: each point one architecture (outer trial), the front joined"
 
 
-def is_transfer(spec) -> bool:
+def is_transfer(spec: Spec) -> bool:
     return search_mode(spec).transfer
 
 
-def pareto_table(a: Analysis, spec) -> pd.DataFrame:
+def pareto_table(a: Analysis, spec: Spec) -> pd.DataFrame:
     """One line per architecture (leaderboard row) with an objective value: its outer trial, its
     values, the objectives, the verdict, and `front` (True on the Pareto front); front first."""
+    assert spec.search.transfer is not None, "a Pareto front is a transfer search's"
     objs = list(spec.search.transfer.objectives)
     dirs = directions(spec)
     rows = a.rows.copy()
@@ -69,9 +71,10 @@ def _outer_trials(a: Analysis) -> dict:
     return {int(k): (int(v) if math.isfinite(v) else None) for k, v in num.groupby(rec["_k"]).min().items()}
 
 
-def pareto_markdown(a: Analysis, spec, *, plot_path: str | None = None) -> str:
+def pareto_markdown(a: Analysis, spec: Spec, *, plot_path: str | None = None) -> str:
     """A Markdown section: the front, then the other architectures (at most 20 lines each)."""
     df = pareto_table(a, spec)
+    assert spec.search.transfer is not None, "a Pareto front is a transfer search's"
     objs = list(spec.search.transfer.objectives)
     keys = list(a.settings.compare)
     short = _short_keys(keys)
@@ -95,13 +98,14 @@ def pareto_markdown(a: Analysis, spec, *, plot_path: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pareto_html(a: Analysis, spec, *, png: bytes | None = None) -> str:
+def pareto_html(a: Analysis, spec: Spec, *, png: bytes | None = None) -> str:
     """The same section for the HTML page: the text, the table (every architecture, sortable like the
     leaderboard; id ``pareto``) and the plot as a data: URL."""
     import html
 
     e = html.escape
     df = pareto_table(a, spec)
+    assert spec.search.transfer is not None, "a Pareto front is a transfer search's"
     objs = list(spec.search.transfer.objectives)
     keys = list(a.settings.compare)
     out = ['<h2 id="pareto-front">Pareto front of the transfer search</h2>',
@@ -131,7 +135,7 @@ def _float(v) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def pareto_csv(a: Analysis, spec) -> str:
+def pareto_csv(a: Analysis, spec: Spec) -> str:
     return pareto_table(a, spec).to_csv(index=False)
 
 
@@ -142,12 +146,13 @@ def _num(v) -> str:
     return fmt_value(v)
 
 
-def pareto_plot(a: Analysis, spec) -> bytes | None:
+def pareto_plot(a: Analysis, spec: Spec) -> bytes | None:
     """The first two objectives against each other (front joined, points labelled by outer trial); with one
     objective, the objective against the outer trial number (search progress). None without points."""
     df = pareto_table(a, spec)
     if df.empty:
         return None
+    assert spec.search.transfer is not None, "a Pareto front is a transfer search's"
     objs = list(spec.search.transfer.objectives)
     fig, (ax,) = _figure(1, 5.6, 4.2, extra_h=0.7)
     rest, front = df[~df["front"]], df[df["front"]]

@@ -47,7 +47,7 @@ def loss_curves(a: Analysis, history_dirs: dict[str, Path], *, points: int = 100
     pick = rec.assign(_runkey=runs).loc[keep].dropna(subset=["run_id"])
     dsteps = pd.to_numeric(pick["diverged_step"], errors="coerce") if "diverged_step" in pick.columns else \
         pd.Series(np.nan, index=pick.index)
-    out = []
+    out: list[tuple] = []
     for k, s, seed, run, rid, div, dstep in zip(pick["_k"], pick["_s"], pick["_seed"], pick["_runkey"], pick["run_id"],
                                                 pick["_div"], dsteps):
         hdir = history_dirs.get(run)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nas_stab import metrics
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.results.bracket_ends import with_bracket_ends
 from nas_stab.results.reader import read_run
 from nas_stab.search.adaptive import todo_from_table
@@ -27,24 +28,28 @@ def status_text(run_dir: Path) -> str:
         counts[r["status"]] += 1
         try:
             used += float(r.get("wall_s") or 0)
-            v = float(r.get("objective"))
+            v = float(r.get("objective", ""))
         except (TypeError, ValueError):
             continue
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
     mode = search_mode(spec)
+    trials = spec.search.trials  # required (validated) unless the sampler is grid or bracket
     if mode.brackets or mode.adaptive:  # the total is decided as results come in
         planned = None
     elif mode.transfer:  # outer trials x sizes x lrs x seeds
-        planned = spec.search.trials * len(inner_points(spec)) * len(spec.seeds)
+        assert trials is not None, "a transfer search has search.trials"
+        planned = trials * len(inner_points(spec)) * len(spec.seeds)
     elif mode.kind == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
     else:
-        planned = spec.search.trials * len(spec.seeds)
+        assert trials is not None, "a sampled search has search.trials"
+        planned = trials * len(spec.seeds)
     done = len(rows)
     if mode.inner_bracket:
         scored = _scored_outer_trials(run_dir, spec)
-        open_sweeps = spec.search.trials - scored if scored is not None else 0  # outer trials not scored yet
+        assert trials is not None, "a transfer search has search.trials"
+        open_sweeps = trials - scored if scored is not None else 0  # outer trials not scored yet
         lines = [f"{spec.name}: {done} runs finished; transfer search with bracket inside: "
                  f"{'?' if scored is None else scored} of {spec.search.trials} outer trials scored"]
     elif mode.adaptive:
@@ -85,7 +90,7 @@ def status_text(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def watch_commands(spec, run_dir: Path) -> list[str]:
+def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
     """How to watch a search live: TensorBoard on the run's logs (when `logging.tensorboard`) and
     optuna-dashboard on its study (the run directory's study.db, or `search.storage` with any password
     masked)."""
@@ -100,7 +105,7 @@ def watch_commands(spec, run_dir: Path) -> list[str]:
     return out
 
 
-def _scored_outer_trials(run_dir: Path, spec) -> int | None:
+def _scored_outer_trials(run_dir: Path, spec: Spec) -> int | None:
     """A transfer search's outer trials told a value or failed (its study, `<name>/transfer`); None if unreadable."""
     try:
         import optuna

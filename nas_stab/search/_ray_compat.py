@@ -55,7 +55,9 @@ def untested_version(version: str | None = None) -> str | None:
 
 def _release(version: str) -> tuple[int, ...]:
     """(2, 60, 0) of "2.60.0", "2.60.0rc1" or "2.60.0.dev0"; (2, 60) of "2.60"."""
-    return tuple(int(x) for x in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+    m = re.match(r"\d+(?:\.\d+)*", version)
+    assert m is not None, f"not a release number: {version!r}"
+    return tuple(int(x) for x in m.group().split("."))
 
 
 _message = untested_version()

@@ -25,6 +25,7 @@ import pandas as pd
 from nas_stab.analysis.settings import settings as analysis_settings
 from nas_stab.analysis.table import analyze
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
 from nas_stab.search.bracket import BracketSource
 from nas_stab.search.plan import Job
@@ -37,7 +38,7 @@ class AdaptiveSeeds:
 
     total = None  # not known in advance
 
-    def __init__(self, spec, limit: int | None = None, *, log: Callable[[str], None] | None = None):
+    def __init__(self, spec: Spec, limit: int | None = None, *, log: Callable[[str], None] | None = None):
         from nas_stab.search import plan
 
         self.spec, self.limit, self.log = spec, limit, log
@@ -155,7 +156,7 @@ class AdaptiveSeeds:
         return job
 
 
-def _analysis(spec, rows: list[dict]):
+def _analysis(spec: Spec, rows: list[dict]):
     """The leaderboard's analysis of `rows` (trials.csv row dicts), on the values as trials.csv stores them, with
     the experiment's `leaderboard:` settings; the records keep each run's key."""
     cfg = analysis_settings(spec)
@@ -170,7 +171,7 @@ def _analysis(spec, rows: list[dict]):
     return analyze(df, n_boot=1000, **cfg)
 
 
-def todo_from_table(spec, records: Sequence[dict]) -> list[Job] | None:
+def todo_from_table(spec: Spec, records: Sequence[dict]) -> list[Job] | None:
     """The runs of the current stage not yet recorded (None: the search is over), for a search read back from its
     trials.csv with the run directory's stored spec (`nas-stab status`). Its configurations' keys need not be the
     search's (the stored spec reads 1.0 back as 1, trials.csv keeps lrs to 6 digits), so every record is matched
@@ -196,7 +197,7 @@ def todo_from_table(spec, records: Sequence[dict]) -> list[Job] | None:
                 continue
             rest = tuple(sorted((k, fmt_value(r.get(k))) for k in spec.space.keys if k != lr_key and k in r))
             try:
-                x = math.log2(float(r.get(lr_key)))
+                x = math.log2(float(r.get(lr_key, "")))
             except (TypeError, ValueError):
                 continue
             hit = next((j for xj, j in by.get((str(r.get("seed")), rest), ()) if abs(xj - x) < 1e-4), None)

@@ -56,6 +56,7 @@ from typing import Any
 
 from nas_stab.analysis.settings import dataset_classes
 from nas_stab.analysis.table import analyze
+from nas_stab.config.schema import Spec
 from nas_stab.search.plan import Job
 from nas_stab.search.sources import JOB_SOURCES
 
@@ -94,7 +95,7 @@ def _sig(v: Any) -> Any:
     return tuple(_sig(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-def points_range(start: Sequence[float], step: float, res: float, limits: tuple[float, float]) -> tuple[int, int, int]:
+def points_range(start: Sequence[float], step: float, res: float, limits: Sequence[float]) -> tuple[int, int, int]:
     """(fewest, expected, most) learning rates one sweep trains, before any run, from the rules above.
 
     fewest: its start lrs (the optimum bracketed and resolved by them). expected: the start lrs; the
@@ -139,7 +140,7 @@ class BracketSource:
     learning rates per sweep at most, and every job carries `outer`.
     """
 
-    def __init__(self, spec, limit: int | None = None, *, sweeps: Sequence[tuple[dict, Sequence[float]]] | None = None,
+    def __init__(self, spec: Spec, limit: int | None = None, *, sweeps: Sequence[tuple[dict, Sequence[float]]] | None = None,
                  trial_base: int = 0, sweep_points: int = MAX_POINTS, outer: int | None = None):
         from nas_stab.search.plan import base_lookup
 
@@ -205,7 +206,7 @@ class BracketSource:
     def suggest(self, trial, base) -> dict:
         """Record a bracket job's enqueued values in its Optuna trial (the `grid=True` suggest of the
         space, the learning rate with a log-scaled distribution over `lr_limits`)."""
-        params = {}
+        params: dict[str, Any] = {}
         for d in self.spec.space:
             if not d.active(lambda k: params[k] if k in params else base(k)):
                 continue

@@ -11,11 +11,12 @@ the one driver (`driver.Driver.drive`).
 """
 from __future__ import annotations
 
+from nas_stab.config.schema import Spec
 from nas_stab.search import plan
-from nas_stab.search.driver import Driver
+from nas_stab.search.driver import Driver, Run
 
 
-def run_local(spec, rd, *, trials: int | None = None, progress_stream=None, source=None) -> dict:
+def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, source=None) -> dict:
     """Run every pending trial of `spec` into run directory `rd`. Returns status counts.
 
     `source` (a `driver.JobSource`) replaces the grid or the sampler as where jobs come from.
@@ -42,9 +43,9 @@ def run_local(spec, rd, *, trials: int | None = None, progress_stream=None, sour
 class InProcess:
     """The executor of `runner.concurrency: 1`: one run at a time, trained in this process when waited for."""
 
-    def __init__(self, spec, prune: bool):
+    def __init__(self, spec: Spec, prune: bool):
         self.spec, self.prune = spec, prune
-        self.run = None
+        self.run: Run | None = None
 
     @property
     def idle(self) -> int:
@@ -59,13 +60,14 @@ class InProcess:
 
     def wait(self) -> list[tuple]:
         run = self.run
+        assert run is not None, "the driver waits only with a run submitted (busy)"
         reporter = plan.make_reporter(run, self.spec.search.objective, offset=run.offset, prune=self.prune)
         result, tb = plan.run_job(self.spec, run.job.params, run.job.seed, reporter, resolved=run.resolved)
         self.run = None
         return [(run, result, tb)]
 
 
-def _pooled(spec, driver) -> None:
+def _pooled(spec: Spec, driver) -> None:
     from nas_stab.search.local_pool import WorkerPool
 
     n = min(spec.runner.concurrency, driver.startable())

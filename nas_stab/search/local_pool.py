@@ -36,12 +36,16 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import wait as wait_any
+from typing import TYPE_CHECKING
 
 from nas_stab.search import plan
 from nas_stab.search.records import FAULT_ENV
 
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
-def worker_threads(spec, n: int) -> int:
+
+def worker_threads(spec: Spec, n: int) -> int:
     """torch threads per worker: `train.threads`, else the cpus shared by the N workers."""
     return spec.train.threads or max(1, (os.cpu_count() or 1) // n)
 
@@ -54,7 +58,7 @@ class WorkerPool:
     Reports are fed to `trial` (an Optuna trial the driver asked) meanwhile.
     """
 
-    def __init__(self, spec, n: int, log=None):
+    def __init__(self, spec: Spec, n: int, log=None):
         self.spec = spec
         self.n = n
         self.log = log or (lambda line: None)
@@ -113,6 +117,7 @@ class WorkerPool:
 
     def _serve(self, w: _Worker):
         """Handle every message waiting on `w`'s pipe; (tag, result, tb) once its run finished."""
+        assert w.busy is not None, "only a busy worker is served (wait)"
         tag, trial = w.busy
         try:
             while w.conn.poll():
@@ -229,7 +234,7 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _worker_main(conn, spec, threads: int, fault: str = "") -> None:
+def _worker_main(conn, spec: Spec, threads: int, fault: str = "") -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch

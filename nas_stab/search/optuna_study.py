@@ -11,6 +11,7 @@ from typing import Any
 
 from nas_stab import metrics
 from nas_stab.config import hooks
+from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 from nas_stab.textfmt import did_you_mean
 
@@ -71,7 +72,7 @@ def check_pruner(name: str, options: dict) -> str | None:
 
 
 @hooks.register("search", "pruner")
-def _check_spec_pruner(spec) -> tuple[tuple, str] | None:
+def _check_spec_pruner(spec: Spec) -> tuple[tuple, str] | None:
     msg = check_pruner(spec.search.pruner.name, spec.search.pruner.options or {})
     return (("search", "pruner"), msg) if msg else None
 
@@ -126,12 +127,12 @@ def make_sampler(name: str, seed: int, *, population_size: int | None = None):
     return cls(seed=seed)
 
 
-def objective_direction(spec) -> str:
+def objective_direction(spec: Spec) -> metrics.Direction:
     d = spec.search.direction
     return metrics.direction(spec.search.objective) if d == "auto" else d
 
 
-def create_study(spec, storage: str, study_name: str | None = None, *, load_if_exists: bool = True):
+def create_study(spec: Spec, storage: str, study_name: str | None = None, *, load_if_exists: bool = True):
     """The experiment's study: its sampler, pruner and storage."""
     import optuna
 

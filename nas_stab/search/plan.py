@@ -11,9 +11,12 @@ import math
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.errors import SpecError
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 
 @dataclass(frozen=True)
@@ -35,13 +38,13 @@ class Job:
     outer: int | None = field(default=None, compare=False)  # search.transfer: the outer trial's number
 
 
-def base_lookup(spec):
+def base_lookup(spec: Spec):
     from nas_stab.config import get_key
 
     return lambda k: get_key(spec, k)
 
 
-def grid_jobs(spec, *, resolved: dict | None = None) -> list[Job]:
+def grid_jobs(spec: Spec, *, resolved: dict | None = None) -> list[Job]:
     """Every (grid point, seed) of a grid experiment, in a stable order.
 
     With a dict `resolved`, also fills it with {job key: resolved spec}, so the
@@ -60,7 +63,7 @@ def grid_jobs(spec, *, resolved: dict | None = None) -> list[Job]:
     return jobs
 
 
-def try_resolve(spec, params: dict):
+def try_resolve(spec: Spec, params: dict):
     """The resolved spec, or None when the configuration is invalid (`run_job` then records why)."""
     from nas_stab.config import resolve
 
@@ -70,7 +73,7 @@ def try_resolve(spec, params: dict):
         return None
 
 
-def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=None) -> Job:
+def sampled_job(spec: Spec, trial_number: int, params: dict, seed: int, *, resolved=None) -> Job:
     from nas_stab.config import config_key
 
     r = resolved if resolved is not None else try_resolve(spec, params)
@@ -78,7 +81,7 @@ def sampled_job(spec, trial_number: int, params: dict, seed: int, *, resolved=No
     return Job(trial_number, seed, params, f"{key}-n{trial_number}", f"t{trial_number:05d}-s{seed}", r)
 
 
-def steps_hint(spec) -> int:
+def steps_hint(spec: Spec) -> int:
     """Step offset between the seeds of one trial in Optuna's intermediate values."""
     t = spec.train
     return t.steps if t.steps is not None else 10**7
@@ -103,7 +106,7 @@ def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True)
     return report
 
 
-def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None, *, resolved=None):
+def run_job(spec: Spec, params: dict, seed: int, reporter=None, checkpoint=None, *, resolved=None):
     """Resolve (unless `resolved` is given) and train one job; an exception becomes a `failed` result."""
     from nas_stab.config import resolve
     from nas_stab.training.loop import RunResult, train_run
@@ -122,7 +125,7 @@ def run_job(spec, params: dict, seed: int, reporter=None, checkpoint=None, *, re
         return RunResult("failed", error=f"{type(e).__name__}: {e}", wall_s=time.perf_counter() - t0), tb
 
 
-def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
+def make_row(spec: Spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
     """One trials.csv row (docs/metrics.md)."""
     from nas_stab.config import get_key
 
@@ -149,7 +152,7 @@ def make_row(spec, job: Job, result, optuna_number: int | None) -> dict[str, Any
     return row
 
 
-def run_value(spec, results: list) -> float | None:
+def run_value(spec: Spec, results: list) -> float | None:
     """A trial's value: the mean objective over its seeds; None unless every seed completed."""
     vals = [r.metrics.get(spec.search.objective) for r in results]
     if any(r.status != "complete" for r in results) or any(v is None or not math.isfinite(v) for v in vals):

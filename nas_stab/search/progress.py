@@ -15,10 +15,13 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
 from nas_stab.textfmt import duration
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 
 def describe(params: dict[str, Any], seed: Any = None) -> str:
@@ -44,7 +47,7 @@ def _short(v: Any) -> str:
 class Progress:
     """Counts by status, best so far, time left; live on a terminal, plain lines otherwise."""
 
-    def __init__(self, spec, total: int | None, done_before: int = 0, stream=None, live: bool | None = None):
+    def __init__(self, spec: Spec, total: int | None, done_before: int = 0, stream=None, live: bool | None = None):
         self.spec = spec
         self.total = total
         # a search whose runs are decided as results come in (bracket, adaptive seeds): its expected runs in
@@ -173,7 +176,7 @@ class Progress:
 
     def _best(self, row: dict) -> None:
         try:
-            v = float(row.get("objective"))
+            v = float(row.get("objective", ""))
         except (TypeError, ValueError):
             return
         if row.get("status") != "complete" or not math.isfinite(v):

@@ -47,6 +47,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
+from nas_stab.config.schema import Spec
 from nas_stab.search.driver import WAIT
 from nas_stab.search.ray_trial import KIND, decode_result, finite
 
@@ -84,7 +85,7 @@ class OptunaBridge:
         trial_config: settings every trial gets in ``config["nas"]`` (threads, checkpoint_every).
     """
 
-    def __init__(self, spec, driver, *, board=None, log: Callable = print, trial_config: dict | None = None):
+    def __init__(self, spec: Spec, driver, *, board=None, log: Callable = print, trial_config: dict | None = None):
         self.spec = spec
         self.driver = driver
         self.offset = driver.offset  # step offset between the seeds of a sampled trial in its intermediate values
@@ -319,7 +320,12 @@ def _error_message(trial) -> str:
 
 class _Face:
     def __init__(self, bridge: OptunaBridge):
-        self._bridge = bridge
+        self._bridge: OptunaBridge | None = bridge
+
+    @property
+    def bridge(self) -> OptunaBridge:
+        assert self._bridge is not None, "the driver's face has the bridge; an unpickled copy has none"
+        return self._bridge
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "_bridge"}
@@ -340,13 +346,13 @@ class BridgeSearcher(_Face, Searcher):
         return True
 
     def suggest(self, trial_id: str):
-        return self._bridge.suggest(trial_id)
+        return self.bridge.suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         pass  # the scheduler face sees every result first
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        self._bridge.complete(trial_id, result, error)
+        self.bridge.complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
         pass  # the Optuna study and trials.csv are the durable state
@@ -372,19 +378,19 @@ class BridgeScheduler(_Face, FIFOScheduler):
         return True
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
-        decision = self._bridge.on_result(trial.trial_id, result)
+        decision = self.bridge.on_result(trial.trial_id, result)
         return TrialScheduler.STOP if decision == "STOP" else TrialScheduler.CONTINUE
 
     def on_trial_error(self, tune_controller, trial) -> None:
         # Tune calls this after stopping a trial it retries (status ERROR, then requeued as PENDING), and
         # before giving one up (still RUNNING, or PENDING: a failure while it waited to start)
-        self._bridge.on_error(trial.trial_id, _error_message(trial), final=trial.status != Trial.ERROR)
+        self.bridge.on_error(trial.trial_id, _error_message(trial), final=trial.status != Trial.ERROR)
 
     def choose_trial_to_run(self, tune_controller):
         """FIFO, except that a trial given up (`OptunaBridge.on_error`) that Tune requeued is stopped
         instead: the bridge then records it failed."""
         for trial in list(tune_controller.get_trials()):
-            if trial.status == Trial.PENDING and self._bridge.gave_up(trial.trial_id):
+            if trial.status == Trial.PENDING and self.bridge.gave_up(trial.trial_id):
                 tune_controller.stop_trial(trial)
         return FIFOScheduler.choose_trial_to_run(self, tune_controller)
 

@@ -47,7 +47,7 @@ def host_of(address: str) -> str:
 
 
 def is_loopback(address: str | None) -> bool:
-    return bool(address) and host_of(address) in LOOPBACK
+    return bool(address and host_of(address) in LOOPBACK)
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwargs) -> str:

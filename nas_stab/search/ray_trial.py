@@ -33,7 +33,10 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 KIND = "nas_kind"
 CKPT_FILE = "nas_state.pt"
@@ -145,7 +148,7 @@ def load_tune_checkpoint() -> dict | None:
 # ---------------------------------------------------------------- the trainable
 
 
-def trial_main(config: dict, *, spec, board=None, cwd: str | None = None, run_fn: Callable | None = None) -> None:
+def trial_main(config: dict, *, spec: Spec, board=None, cwd: str | None = None, run_fn: Callable | None = None) -> None:
     """Ray Tune function trainable: train this trial's job(s) and report to the driver.
 
     `config["nas"]` (made by the driver's searcher) holds ``params``,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 from nas_stab.search import plan
 from nas_stab.search.plan import Job
@@ -36,7 +37,7 @@ class GridSource:
     `limit` keeps the first `limit` jobs (`nas-stab run --trials`).
     """
 
-    def __init__(self, spec, limit: int | None = None):
+    def __init__(self, spec: Spec, limit: int | None = None):
         self.jobs = plan.grid_jobs(spec)[:limit] if limit is not None else plan.grid_jobs(spec)
         self.total = len(self.jobs)
         self._todo = self.jobs

@@ -31,14 +31,14 @@ def _alive(held, now: float) -> bool:
         return False
     if held.get("host") == socket.gethostname():
         try:
-            os.kill(int(held.get("pid")), 0)
+            os.kill(int(held.get("pid", "")), 0)  # no pid: int("") raises ValueError, caught below
         except ProcessLookupError:
             return False
         except (PermissionError, TypeError, ValueError, OverflowError):
             return True
         return True
     try:
-        return now - float(held.get("beat")) < STALE
+        return now - float(held.get("beat", "")) < STALE
     except (TypeError, ValueError):
         return False
 

@@ -43,21 +43,26 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.search.plan import Job
+
+if TYPE_CHECKING:
+    import optuna
 
 MAX_POINTS = 1000  # inner grid points (sizes x lrs) at most
 
 
-def inner_points(spec) -> list[dict]:
+def inner_points(spec: Spec) -> list[dict]:
     """The inner grid of every outer trial: each {size, learning rate} of `space:` (sizes x lrs)."""
     lb = spec.leaderboard
     dims = [spec.space.get(lb.transfer), spec.space.get(lb.lr)]
     return [{lb.transfer: s, lb.lr: lr} for s, lr in itertools.product(*(spec.space.values_of(d) for d in dims))]
 
 
-def inner_sweeps(spec, arch: dict) -> list[tuple[dict, list[float]]]:
+def inner_sweeps(spec: Spec, arch: dict) -> list[tuple[dict, list[float]]]:
     """inner: bracket: the sweeps of an outer trial whose architecture is `arch` (its searched values
     other than the lr and the size): one per size of `space:`, each started at the lr values of `space:`.
     The search's `BracketSource` and the leaderboard's replay of how each sweep ended use this one rule."""
@@ -67,7 +72,7 @@ def inner_sweeps(spec, arch: dict) -> list[tuple[dict, list[float]]]:
     return [({**rest, lb.transfer: s}, start) for s in spec.space.values_of(spec.space.get(lb.transfer))]
 
 
-def outer_dims(spec, lr_key: str | None = None) -> list:
+def outer_dims(spec: Spec, lr_key: str | None = None) -> list:
     """The dimensions of an outer trial: the searched keys other than the lr (`leaderboard.lr`, or
     `lr_key`) and the size (`leaderboard.transfer`), in the space's order."""
     skip = (lr_key or spec.leaderboard.lr, spec.leaderboard.transfer)
@@ -85,11 +90,11 @@ def architecture(dims: list, base, value) -> dict:
     return out
 
 
-def study_name(spec) -> str:
+def study_name(spec: Spec) -> str:
     return f"{spec.name}/transfer"
 
 
-def open_outer_study(spec, storage_url: str):
+def open_outer_study(spec: Spec, storage_url: str):
     """The outer study (created on first use): the sampler of `search.sampler`, one direction per objective."""
     import warnings
 
@@ -111,7 +116,7 @@ def open_outer_study(spec, storage_url: str):
 POPULATION_ATTR = "nsga2_population_size"  # a user attribute of the outer study: the population it was made with
 
 
-def outer_population(spec, study) -> int:
+def outer_population(spec: Spec, study) -> int:
     """nsga2's individuals per generation in the outer study: `search.population_size`; unset, the
     one the study was made with (its user attribute `POPULATION_ATTR`), so a resumed search keeps
     it. A new study records it (the default rule `optuna_study.default_population` of
@@ -140,7 +145,7 @@ class TransferSource:
     default `search.trials`.
     """
 
-    def __init__(self, spec, limit: int | None = None, *, storage: str, log=None):
+    def __init__(self, spec: Spec, limit: int | None = None, *, storage: str, log=None):
         from optuna.trial import TrialState
 
         from nas_stab.search.plan import base_lookup
@@ -156,11 +161,13 @@ class TransferSource:
         self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
         self.outer_dims = outer_dims(spec)
         self._base = base_lookup(spec)
-        self.target = limit if limit is not None else spec.search.trials
+        target = limit if limit is not None else spec.search.trials
+        assert target is not None, "a transfer search has search.trials (validated)"
+        self.target = target
         self.url = storage
         self.study = open_outer_study(spec, storage)
         self.active: dict[int, dict] = {}  # outer trial number -> its architecture values
-        self._trials: dict[int, object] = {}  # outer number -> optuna Trial, for those asked by this process
+        self._trials: dict[int, optuna.Trial] = {}  # outer number -> optuna Trial, for those asked by this process
         self._jobs: dict[int, list[Job]] = {}
         done = 0
         for t in self.study.get_trials(deepcopy=False):
@@ -207,7 +214,7 @@ class TransferSource:
     def suggest(self, trial, base) -> dict:
         """Record an inner job's values in its trial of the run's study: the inner grid as a grid
         point's, the architecture's with its own (continuous) distribution."""
-        params = {}
+        params: dict[str, Any] = {}
         for d in self.spec.space:
             if not d.active(lambda k: params[k] if k in params else base(k)):
                 continue
@@ -254,7 +261,8 @@ class TransferSource:
     def _open_jobs(self, n: int, recs: dict, running: Collection[str]) -> list[Job]:
         if self.bracket:
             src = self.bracket_source(n)
-            todo, done = [], []
+            todo: list[Job] = []
+            done: list[Job] = []
             for i in range(len(src.sweeps)):
                 missing, end = src.replay(i, recs)
                 todo += missing
@@ -281,6 +289,7 @@ class TransferSource:
         # uninterrupted one asks (the samplers keep no other state than the study)
         resume_seed(self.study, self.spec.search.sampler, self.spec.search.seed)
         n_so_far = len(self.study.get_trials(deepcopy=False))
+        assert self.spec.search.transfer is not None, "a transfer search"
         start = self.spec.search.transfer.start or []
         if n_so_far < len(start):  # the architectures to evaluate first, in order
             self.study.enqueue_trial(dict(start[n_so_far]), skip_if_exists=False)
@@ -304,6 +313,7 @@ class TransferSource:
         self._tell_number(n, values, attrs)
         self.active.pop(n, None)
         self.done += 1
+        assert self.spec.search.transfer is not None, "a transfer search"
         shown = ", ".join(f"{o} {v:.4g}" for o, v in zip(self.spec.search.transfer.objectives, values or ()))
         self.log(f"outer trial {n} {self._arch_text(n, rows)}: {shown or 'failed: ' + why}")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -36,10 +36,11 @@ from nas_stab import metrics
 from nas_stab.analysis.settings import settings as analysis_settings
 from nas_stab.analysis.table import analyze
 from nas_stab.config import hooks
+from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
 from nas_stab.textfmt import did_you_mean
 
-OBJECTIVES = {
+OBJECTIVES: dict[str, metrics.Direction | Literal["metric"]] = {
     "transfer_score": "metric", "best": "metric", "transfer_regret": "minimize", "worst_regret": "minimize",
     "lr_drift": "minimize", "lr_sensitivity": "minimize", "stable_octaves": "maximize",
 }
@@ -49,8 +50,9 @@ STABILITY = ("init_fwd_ratio", "init_grad_ratio", "init_sharpness", "max_update_
 
 
 @hooks.register("transfer", "objectives")
-def check_objectives(spec) -> tuple[tuple, str] | None:
+def check_objectives(spec: Spec) -> tuple[tuple, str] | None:
     """search.transfer.objectives: at least one, each a known name."""
+    assert spec.search.transfer is not None, "only a transfer search has objectives"
     objectives = spec.search.transfer.objectives
     if not objectives:
         return ("search", "transfer", "objectives"), "needs at least one objective: " + ", ".join(OBJECTIVES)
@@ -61,17 +63,18 @@ def check_objectives(spec) -> tuple[tuple, str] | None:
     return None
 
 
-def settings(spec) -> dict[str, Any]:
+def settings(spec: Spec) -> dict[str, Any]:
     """The leaderboard settings of a run (lr, transfer, metric, reference, tolerance, classes), compare left out."""
     return {**analysis_settings(spec), "compare": ()}
 
 
-def directions(spec) -> list[str]:
+def directions(spec: Spec) -> list[metrics.Direction]:
     metric = settings(spec)["metric"]
-    return [metrics.direction(metric) if OBJECTIVES[o] == "metric" else OBJECTIVES[o] for o in spec.search.transfer.objectives]
+    assert spec.search.transfer is not None, "only a transfer search has objectives"
+    return [metrics.direction(metric) if (d := OBJECTIVES[o]) == "metric" else d for o in spec.search.transfer.objectives]
 
 
-def as_stored(spec, rows: Sequence[dict]) -> pd.DataFrame:
+def as_stored(spec: Spec, rows: Sequence[dict]) -> pd.DataFrame:
     """The columns the analysis reads, as trials.csv holds them (a fresh row's floats to 6 significant
     digits, as `nas-stab leaderboard` reads them back): the same numbers whether the rows were just
     trained or read from the file by a resumed search."""
@@ -85,16 +88,17 @@ def as_stored(spec, rows: Sequence[dict]) -> pd.DataFrame:
     return df
 
 
-def analyze_rows(spec, rows: Sequence[dict], *, n_boot: int = 1000):
+def analyze_rows(spec: Spec, rows: Sequence[dict], *, n_boot: int = 1000):
     """The leaderboard's analysis of one outer trial's runs (one row: compare left out)."""
     return analyze(as_stored(spec, rows), n_boot=n_boot, **settings(spec))
 
 
-def evaluate(spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, Any], str]:
+def evaluate(spec: Spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, Any], str]:
     """(objective values in `search.transfer.objectives` order, or None when one is undefined;
     user attributes: the row's columns and a stability summary; the reason when None)."""
     a = analyze_rows(spec, rows)
     row = a.rows.iloc[0]
+    assert spec.search.transfer is not None, "only a transfer search has objectives"
     values = [_num(row.get(o)) for o in spec.search.transfer.objectives]
     attrs: dict[str, Any] = {"transfers": str(row["transfers"]), "why": str(row["why"])}
     for c in ("transfer_score", "transfer_score_lo", "transfer_score_hi", "best", "transfer_regret", "transfer_regret_lo",
@@ -125,7 +129,7 @@ def evaluate(spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, 
     missing = [o for o, v in zip(spec.search.transfer.objectives, values) if v is None]
     if missing:
         return None, attrs, f"{', '.join(missing)} undefined for these runs ({row['why']})"
-    return values, attrs, ""
+    return [v for v in values if v is not None], attrs, ""  # every one (nothing missing)
 
 
 def _num(v) -> float | None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 INTERRUPTED = "interrupted"
 
@@ -26,7 +30,7 @@ class _TrialAttrs:
         self.storage.set_trial_user_attr(trial_id, key, value)
 
 
-def open_study(spec, rd):
+def open_study(spec: Spec, rd):
     """The run's Optuna study, reconciled with trials.csv, the runs it records by key, and the study's
     lock (`study_lock.StudyLock`, None for the run directory's own study.db: the run directory's lock
     covers it).
@@ -60,10 +64,10 @@ def open_study(spec, rd):
         rows = {r["key"]: r for r in rd.read_trials()}
         left = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
         attrs = _TrialAttrs(study, url) if left else None  # a second handle only when a killed driver left trials open
-        told = tell_recorded(spec, study, rows, attrs) if left else 0
+        told = tell_recorded(spec, study, rows, attrs) if attrs is not None else 0
         if told:
             rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
-        closed = cleanup_study(study, attrs) if left else 0
+        closed = cleanup_study(study, attrs) if attrs is not None else 0
         if closed:
             msg = f"closed {closed} trial(s) left running by an interrupted run; they are trained again"
             rd.log(msg)
@@ -75,7 +79,7 @@ def open_study(spec, rd):
     return study, rows, lock
 
 
-def tell_recorded(spec, study, rows: dict, attrs: _TrialAttrs) -> int:
+def tell_recorded(spec: Spec, study, rows: dict, attrs: _TrialAttrs) -> int:
     """Tell each RUNNING trial whose rows are all in trials.csv the state its rows give."""
     from optuna.trial import TrialState
 
@@ -105,7 +109,7 @@ def tell_recorded(spec, study, rows: dict, attrs: _TrialAttrs) -> int:
     return n
 
 
-def sampled_remaining(spec, study, rows: dict, target: int, log) -> int:
+def sampled_remaining(spec: Spec, study, rows: dict, target: int, log) -> int:
     """How many trials a sampler still asks for; finished trials without rows are trained again.
 
     A trial finished in the study whose rows never reached trials.csv (an older

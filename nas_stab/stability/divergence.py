@@ -57,7 +57,9 @@ class DivergenceRule:
         if self.initial is None:
             self.initial = loss
             return False
-        if what == "loss" and loss > self.threshold:
+        threshold = self.threshold
+        assert threshold is not None, "the reference loss (self.initial) is set"
+        if what == "loss" and loss > threshold:
             return self.trip(step, f"loss {loss:.4g} > {self.loss_factor:g} x reference loss {self.initial:.4g}")
         return False
 

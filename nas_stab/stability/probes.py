@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import cast
 
 import torch
 from torch import nn
 
-from nas_stab.config.schema import StabilityConfig
+from nas_stab.config.schema import Spec, StabilityConfig
 from nas_stab.stability.capture import Capture, rms_t
 from nas_stab.stability.mode import math_attention, probe_mode, probe_modes
 from nas_stab.stability.sharpness import eos_factor, preconditioner, top_eigenvalue
@@ -77,7 +78,7 @@ class Prober:
     (tests, `nas-stab probe`). Without a spec the schema's defaults apply.
     """
 
-    def __init__(self, model: nn.Module, task, spec=None, *, hessian: bool | None = None,
+    def __init__(self, model: nn.Module, task, spec: Spec | None = None, *, hessian: bool | None = None,
                  hessian_iters: int | None = None, hessian_tol: float | None = None,
                  hessian_every: int | None = None, hessian_batch: int | None = None, seed: int = 0):
         st = getattr(spec, "stability", None)
@@ -86,8 +87,8 @@ class Prober:
         self.spec = spec
         self.batch = task.probe_batch
         self.hessian = bool(getattr(st, "hessian", False)) if hessian is None else hessian
-        self.hessian_iters = hessian_iters or getattr(st, "hessian_iters", _DEFAULTS.hessian_iters)
-        self.hessian_tol = hessian_tol or getattr(st, "hessian_tol", _DEFAULTS.hessian_tol)
+        self.hessian_iters = hessian_iters if hessian_iters else getattr(st, "hessian_iters", _DEFAULTS.hessian_iters)
+        self.hessian_tol = hessian_tol if hessian_tol else getattr(st, "hessian_tol", _DEFAULTS.hessian_tol)
         self.hessian_every = getattr(st, "hessian_every", 0) if hessian_every is None else hessian_every
         hb = getattr(st, "hessian_batch", _DEFAULTS.hessian_batch) if hessian_batch is None else hessian_batch
         self.hessian_batch = int(hb or 0)
@@ -120,7 +121,8 @@ class Prober:
         return list(getattr(self.model, "blocks", []))
 
     def _branch(self) -> list[tuple[str, nn.Parameter]]:
-        return list(self.model.branch_weights()) if hasattr(self.model, "branch_weights") else []
+        branch_weights = getattr(self.model, "branch_weights", None)  # a StableModel's (models/base.py)
+        return list(branch_weights()) if branch_weights is not None else []
 
     def _flag(self, what: str, value: float) -> None:
         """Remember the first non-finite quantity of this snapshot (in computation order)."""
@@ -196,7 +198,7 @@ class Prober:
 
                 if do_hessian:
                     self._hessian_metrics(out, params, grads if keep_graph else None, optimizer, step_grads, loss_value)
-                grads = None
+                del grads
 
                 if optimizer is not None:
                     self._update_metrics(out, optimizer, params, step_grads or [], branch, before, loss_value)
@@ -216,7 +218,7 @@ class Prober:
         if any(math.isinf(v) for v in cap.block_rms):
             out["fwd_ratio"] = math.inf
         if transformer:
-            ne = 2 * self.model.n_enc
+            ne = 2 * cast(int, self.model.n_enc)  # the transformer's encoder layers
             enc, dec = cap.block_rms[:ne], cap.block_rms[ne:]
             out["enc_fwd_ratio"] = math.inf if any(map(math.isinf, enc)) else (_ratio(enc[-1], cap.in_rms[0]) if enc else math.nan)
             out["dec_fwd_ratio"] = math.inf if any(map(math.isinf, dec)) else (_ratio(dec[-1], cap.in_rms[ne]) if dec else math.nan)
@@ -324,7 +326,7 @@ class Prober:
                     del state[p]
 
     # -------------------------------------------------------------- Hessian
-    def _hessian_metrics(self, out: dict, params: list, grads: list, optimizer, step_grads, loss_value: float) -> None:
+    def _hessian_metrics(self, out: dict, params: list, grads: list | None, optimizer, step_grads, loss_value: float) -> None:
         scale = preconditioner(optimizer, params, step_grads) if optimizer is not None else None
         if not math.isfinite(loss_value):
             lam, iters, converged = math.inf, 0, False

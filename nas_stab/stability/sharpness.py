@@ -22,6 +22,8 @@ import math
 
 import torch
 
+Tensors = tuple[torch.Tensor, ...] | list[torch.Tensor]  # torch._foreach_* take either and return a tuple
+
 
 def top_eigenvalue(params: list, grads: list, scale: list | None, start: list[torch.Tensor] | None, seed: int,
                    iters: int, tol: float) -> tuple[float, int, bool, list[torch.Tensor] | None]:
@@ -60,7 +62,8 @@ def top_eigenvalue(params: list, grads: list, scale: list | None, start: list[to
 
     v0 = torch.cat([t.reshape(-1) for t in start_vector(start, ps, [g.detach() for g in gs], seed)])
     basis = [v0 / v0.norm()]  # grows one vector per product: memory = products x parameters
-    alphas, betas = [], []
+    alphas: list[float] = []
+    betas: list[float] = []
     theta_prev, theta, y = None, math.nan, None
     converged = False
     it = 0
@@ -95,12 +98,13 @@ def top_eigenvalue(params: list, grads: list, scale: list | None, start: list[to
         theta_prev = theta
         betas.append(b)
         basis.append(w / b)
+    assert y is not None, "iters >= 1 (stability.hessian_iters): the loop ran and set y"
     x = y.to(basis[0].dtype) @ torch.stack(basis[: len(alphas)])
     return theta, it, converged, [t.detach().clone() for t in unflat(x / x.norm())]
 
 
 def start_vector(eigvec: list[torch.Tensor] | None, ps: list[torch.Tensor], gs: list[torch.Tensor],
-                 seed: int) -> list[torch.Tensor]:
+                 seed: int) -> Tensors:
     """Warm start: the previous eigenvector. Cold start: the gradient direction
     plus an equal-norm fixed-seed random vector. The gradient lies mostly in
     the top Hessian eigenspace (Gur-Ari et al., 2018): from a random vector
@@ -165,6 +169,6 @@ def preconditioner(optimizer, params: list, step_grads: list | None) -> list | N
     return out
 
 
-def _unit(v: list[torch.Tensor]) -> list[torch.Tensor]:
+def _unit(v: Tensors) -> Tensors:
     n = float(torch.stack(torch._foreach_norm(v)).norm()) if v else 0.0
     return torch._foreach_div(v, n) if n > 0 and math.isfinite(n) else v

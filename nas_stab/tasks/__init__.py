@@ -12,6 +12,7 @@ The training loop is generic; a task object supplies the task-specific parts:
 """
 from __future__ import annotations
 
+from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 
 TASKS = Registry("task")
@@ -22,6 +23,6 @@ from nas_stab.tasks import (
 )
 
 
-def load_task(spec, seed: int, device):
+def load_task(spec: Spec, seed: int, device):
     """Build the task object of `spec.task.kind` for one trained run."""
     return TASKS.get(spec.task.kind)(spec, seed, device)

@@ -6,13 +6,14 @@ import math
 import torch
 import torch.nn.functional as F
 
+from nas_stab.config.schema import Spec
 from nas_stab.data import load_dataset
 from nas_stab.tasks import TASKS
 
 
 @TASKS.register("classification")
 class Classification:
-    def __init__(self, spec, seed: int, device):
+    def __init__(self, spec: Spec, seed: int, device):
         self.spec = spec
         self.device = device
         self.data = load_dataset(spec, device)

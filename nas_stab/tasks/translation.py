@@ -22,6 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from nas_stab.config.schema import Spec
 from nas_stab.data import load_dataset
 from nas_stab.data.text import PAD
 from nas_stab.models.transformer_decode import decode
@@ -43,7 +44,7 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
 
 @TASKS.register("translation")
 class Translation:
-    def __init__(self, spec, seed: int, device):
+    def __init__(self, spec: Spec, seed: int, device):
         self.spec = spec
         self.device = device
         self.data = load_dataset(spec, device)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from nas_stab.config.schema import Spec
+
 SNAPSHOT_K = 1.25
 HESSIAN_K = 1.2
 HVP_WORK = 3.5  # one Hessian-vector product, per example of the Hessian batch
@@ -41,7 +43,7 @@ class MeasureCosts(NamedTuple):
 FALLBACK = MeasureCosts(snapshot=5.0, hessian=15.0, validation=5.0)  # a task that does not say its sizes
 
 
-def measure_costs(spec, task) -> MeasureCosts:
+def measure_costs(spec: Spec, task) -> MeasureCosts:
     """The cost model above for `spec`'s stability settings and `task`'s sizes (`task.measure_work()`)."""
     work = getattr(task, "measure_work", None)
     if work is None:
@@ -119,7 +121,7 @@ def plan(total: int, budget: float | None, costs: MeasureCosts, *, eval_every: i
     return Cadence(ev, snap, planned)
 
 
-def for_spec(spec, total: int, costs: MeasureCosts) -> Cadence:
+def for_spec(spec: Spec, total: int, costs: MeasureCosts) -> Cadence:
     """`plan` with `spec`'s settings: stability.budget, the cadences it sets, its Hessian and its pruner."""
     t, st = spec.train, spec.stability
     pruner = getattr(getattr(spec.search, "pruner", None), "name", "none") not in (None, "none")
