@@ -41,13 +41,19 @@ def register(group: str, name: str) -> Callable[[Check], Check]:
 
 
 def checks(group: str) -> list[Check]:
-    """The checks of `group`, every provider loaded."""
+    """The checks of `group`, every provider loaded, in the order of `PROVIDERS` (not the order the modules
+    happened to be imported in: which problem is reported first must not depend on it)."""
     global _loaded
     if not _loaded:
         for module in PROVIDERS:
             importlib.import_module(module)
         _loaded = True
-    return list(_CHECKS[group].values())
+
+    def provider(fn: Check) -> int:
+        module = getattr(fn, "__module__", "")
+        return next((i for i, p in enumerate(PROVIDERS) if module == p or module.startswith(p + ".")), len(PROVIDERS))
+
+    return sorted(_CHECKS[group].values(), key=provider)
 
 
 def first_problem(group: str, spec: Any) -> tuple[tuple, str] | None:
