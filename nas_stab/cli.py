@@ -226,7 +226,7 @@ def _run(args, setup_done) -> int:
     loaded = _load(args)
     spec = RunDir.adopt_earlier_defaults(args.out, loaded)  # a run directory made before a default changed keeps it
     if spec.runner.kind == "ray" and spec.runner.address:
-        from nas_stab.search.ray_runner import check_reachable
+        from nas_stab.search.ray_cluster import check_reachable
 
         check_reachable(spec.runner.address, spec.runner.connect_timeout_s)  # before the run directory is written
     # runs trained in this process (local runner, one at a time) use the data the check loads;
