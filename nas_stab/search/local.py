@@ -50,7 +50,7 @@ class InProcess(Executor):
 
     def __init__(self, spec, prune: bool):
         self.spec, self.prune = spec, prune
-        self.run = None
+        self.run: Run | None = None
 
     @property
     def idle(self) -> int:
@@ -65,6 +65,7 @@ class InProcess(Executor):
 
     def wait(self) -> list[tuple[Run, RunResult, str]]:
         run = self.run
+        assert run is not None, "wait() with no run submitted"  # the driver waits only while a run is busy
         reporter = plan.make_reporter(run, self.spec.search.objective, offset=run.offset, prune=self.prune)
         result, tb = plan.run_job(self.spec, run.job.params, run.job.seed, reporter, resolved=run.resolved)
         self.run = None

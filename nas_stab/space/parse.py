@@ -102,7 +102,7 @@ def _parse_values(body: Any, p: tuple, err) -> tuple:
         if isinstance(v, (dict, list)):
             raise err(p, f"values must be scalars (numbers, strings, booleans, null), got {v!r}")
     vals = tuple(_canon(v) for v in body)
-    uniq = []
+    uniq: list = []
     for v in vals:
         if not any(_same(v, u) and type(v) is type(u) for u in uniq):
             uniq.append(v)

@@ -164,7 +164,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     _train_steps(run, reporter, checkpoint)
 
     if run.rule.reason is not None:
-        _diverged(run)
+        _diverged(run, run.rule.reason)
     if run.result.status == "complete":
         _final_evaluation(run)
     if run.result.status in ("complete", "pruned"):
@@ -296,12 +296,12 @@ def _validate(run: _Run, step: int, loss_value: float, reporter: Reporter | None
         run.measured += time.perf_counter() - m0
 
 
-def _diverged(run: _Run) -> None:
-    """The divergence rule stopped the run: its status, step and reason."""
+def _diverged(run: _Run, reason: str) -> None:
+    """The divergence rule stopped the run (`reason`, the rule's): its status, step and reason."""
     result, rule = run.result, run.rule
     result.status = "diverged"
     result.diverged_step = rule.step
-    result.error = rule.reason
+    result.error = reason
     run.step = rule.step
 
 
