@@ -1,4 +1,4 @@
-"""The cost estimate's wall-time model (nas_stab/estimate.py), deterministic: given costs, fixed timings, no
+"""The cost estimate's wall-time model (nas_stab/estimate/), deterministic: given costs, fixed timings, no
 wall-clock asserts. The estimate against measured wall times is in the issue's table, not asserted here."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import TINY
 
 from nas_stab import estimate
 from nas_stab.config import loads_spec
-from nas_stab.estimate import Costs, Timed, search_shape, speedup, wall_model
+from nas_stab.estimate import Costs, Timed, measure, report, search_shape, speedup, wall_model
 from nas_stab.search.bracket import points_range
 from nas_stab.search.progress import Progress
 
@@ -91,15 +91,15 @@ def test_a_sweep_trains_within_the_bracket_range(opt):
 
 
 def fixed_timings(monkeypatch, ms=(1.0, 4.0), run_s=(0.1, 0.4)):
-    """_time_steps and _whole_run replaced: the cheapest `ms[0]` ms/step and `run_s[0]` s a run, the dearest the others."""
+    """time_steps and whole_run replaced: the cheapest `ms[0]` ms/step and `run_s[0]` s a run, the dearest the others."""
     def time_steps(spec, task, device, label, proxy):
         return Timed(label, proxy, (ms[0],) * 3) if "width=8" in label else Timed(label, proxy, (ms[1],) * 3)
 
     def whole_run(spec, total, ms_step, *, reuse=True):
         return (run_s[0] if ms_step == ms[0] else run_s[1]), None
 
-    monkeypatch.setattr(estimate, "_time_steps", time_steps)
-    monkeypatch.setattr(estimate, "_whole_run", whole_run)
+    monkeypatch.setattr(report, "time_steps", time_steps)
+    monkeypatch.setattr(report, "whole_run", whole_run)
 
 
 BRACKET = """\
@@ -204,6 +204,6 @@ def test_the_bookkeeping_is_measured_on_a_real_driver_in_a_temporary_directory(t
     trackers are never touched."""
     other = tmp_path / "theirs.db"
     spec = loads_spec(TINY + f"search: {{storage: 'sqlite:///{other}'}}\nlogging: {{tracking: mlflow}}\n")
-    open_s, book_s, end_s = estimate._bookkeeping(spec, None)
+    open_s, book_s, end_s = measure.bookkeeping(spec, None)
     assert open_s > 0 and book_s > 0 and end_s >= 0
     assert not other.exists() and not list(tmp_path.iterdir())

@@ -104,8 +104,8 @@ def test_driver_that_dies_at_start_is_retried_then_reported(tmp_path):
 
 def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
     """Three failed driver starts: a RunError naming the head's log and the gRPC fix, nothing else tried."""
+    import nas_stab.search.ray_cluster as ray_cluster
     import nas_stab.search.ray_loopback as loopback
-    import nas_stab.search.ray_runner as ray_runner
     from nas_stab.config import loads_spec
     from nas_stab.errors import RunError
 
@@ -117,10 +117,10 @@ def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
                               "See ray_client_server_23000.err for detailed logs.")
 
     monkeypatch.setattr(loopback, "init_ray", fails)
-    monkeypatch.setattr(ray_runner, "CLIENT_BACKOFF_S", 0.0)
+    monkeypatch.setattr(ray_cluster, "CLIENT_BACKOFF_S", 0.0)
     spec = loads_spec(spec_text(TINY, runner={"kind": "ray", "address": "ray://127.0.0.1:1"}))
     logs = []
-    with pytest.raises(RunError) as e, ray_runner.ray_session(spec.runner, log=logs.append):
+    with pytest.raises(RunError) as e, ray_cluster.ray_session(spec.runner, log=logs.append):
         pass
     assert len(calls) == 3 and len(logs) == 2
     msg = str(e.value)
@@ -130,7 +130,7 @@ def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_only_a_driver_start_failure_is_retried():
-    from nas_stab.search.ray_runner import connect_client
+    from nas_stab.search.ray_cluster import connect_client
 
     failed = ConnectionError("Initialization failure from server:\nRuntimeError: Starting Ray client server "
                              "failed. See ray_client_server_23000.err for detailed logs.")

@@ -47,7 +47,7 @@ a fixed FFN would make `fc1` a readout-shaped hidden weight. Its rules, beyond t
 - Attention logits are q.k scaled by sqrt(dh0) / dh (`MultiHeadAttention.scale`, dh0 the base head size): TP-V's
   1/dh, equal to SP's 1/sqrt(dh) at the base width (q and k become correlated during training, so q.k grows
   like dh, not sqrt(dh)). The probes' `attn_logit_max` uses the same scale.
-- Its projections are Xavier-initialized; the init records each tensor's Xavier std (`_record_xavier`), so
+- Its projections are Xavier-initialized; the init records each tensor's Xavier std (`transformer_layers._record_xavier`), so
   the hidden rule (std x 1/sqrt(r_in)) is applied exactly as for the recorded He inits (Xavier's std already
   falls like 1/sqrt(r) when both fans grow by r: the factor is then 1 up to the FFN width's rounding).
 - `readout_zero_init` is refused: zeroing the tied readout would zero the input embedding.
@@ -241,7 +241,7 @@ def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> Non
     """The transformer's forward multipliers: the tied readout reads its input times 1/r (MuSharedReadout), the
     embedding keeps the base model's multiplier sqrt(d0), and every attention scales its logits by sqrt(dh0) / dh
     (TP-V's 1/dh, SP's 1/sqrt(dh) at the base width, where the scale stays None: SDPA's own, bit for bit)."""
-    from nas_stab.models.transformer import MultiHeadAttention
+    from nas_stab.models.transformer_layers import MultiHeadAttention
 
     model.readout_mult = 1.0 / r  # type: ignore[assignment]  # Module.__setattr__ takes any value; torch's stub: Tensor | Module
     model.embed_scale = base.embed_scale

@@ -18,62 +18,15 @@ Words:
 - a *run* (`Run`) is one job of a trial handed to a backend, with where its reports go.
 
 Where jobs come from. Samplers are ask-driven (Optuna suggests). Otherwise a *job source*
-decides, and it may decide as results come in:
-
-    class JobSource(Protocol):
-        total: int | None      # optional: runs it yields in all, if known (progress display)
-        def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None:
-            '''Jobs that may start now, given every recorded trials.csv row (dicts) and the keys
-            of the runs in flight; [] = nothing now, ask again when a run finishes; None =
-            nothing more will come.'''
-
-The driver asks it whenever a backend has a free slot (again after a run finished if it
-said []). Jobs already recorded or running are skipped, so a resumed search trains nothing
-twice. A `search.sampler` name registered in `JOB_SOURCES` (a class taking `(spec, limit)`,
-limit: `--trials`, None for all) selects a job source instead of Optuna's asks; `GridSource`
-(every grid point x seed, all pending at once) is `grid`. A job is `plan.Job(trial, seed,
-params, key, run_id)` with `key = config.config_key(resolved, seed)`: each is enqueued into
-the study and asked as one Optuna trial, exactly as a grid point.
+(`protocols.JobSource`) decides, and it may decide as results come in. A `search.sampler` name
+registered in `JOB_SOURCES` selects one instead of Optuna's asks; `GridSource` (every grid point
+x seed, all pending at once) is `grid`. A job is `plan.Job(trial, seed, params, key, run_id)`
+with `key = config.config_key(resolved, seed)`.
 
 A backend is one of two shapes.
 
-1. An *executor* (the local runner in-process and its worker pool; a Dask or SLURM backend
-   would be one too): four members, and `Driver.drive(executor)` does the rest.
-
-       class Executor(Protocol):
-           idle: int    # runs it can start now
-           busy: list   # runs in progress
-           def submit(self, run: Run) -> None: ...                 # start training run.job
-           def wait(self) -> list[tuple[Run, RunResult, str]]: ...  # >= 1 finished: (run, result, traceback text)
-
-   Training a run, wherever it happens, is
-
-       reporter = plan.make_reporter(run, spec.search.objective, offset=run.offset, prune=driver.prune)
-       result, tb = plan.run_job(spec, run.job.params, run.job.seed, reporter, resolved=run.resolved)
-
-   where `run.report(value, step)` and `run.should_prune()` are called in the driver's
-   process (an executor with remote workers forwards them, as `local_pool` does over a pipe;
-   one that cannot simply reports nothing and never prunes). For example, a thread pool:
-
-       class Threads:
-           def __init__(self, spec, driver, n):
-               self.pool, self.spec, self.driver = ThreadPoolExecutor(n), spec, driver
-               self.n, self.futures = n, {}
-           idle = property(lambda self: self.n - len(self.futures))
-           busy = property(lambda self: list(self.futures.values()))
-           def submit(self, run):
-               rep = plan.make_reporter(run, self.spec.search.objective, offset=run.offset, prune=False)
-               f = self.pool.submit(plan.run_job, self.spec, run.job.params, run.job.seed, rep, resolved=run.resolved)
-               self.futures[f] = run
-           def wait(self):
-               done, _ = concurrent.futures.wait(self.futures, return_when=FIRST_COMPLETED)
-               return [(self.futures.pop(f), *f.result()) for f in done]
-
-       driver = Driver(spec, rd)
-       try:
-           driver.drive(Threads(spec, driver, 4))
-       finally:
-           counts = driver.close()
+1. An *executor* (`protocols.Executor`: the local runner in-process and its worker pool; a Dask
+   or SLURM backend would be one too): `Driver.drive(executor)` does the rest.
 
 2. A backend that schedules trials itself (Ray Tune, `ray_bridge`): it calls
    `driver.next_trial()` when it has a slot (a `Trial`, `WAIT`: nothing now, ask again later,
@@ -83,13 +36,15 @@ A backend is one of two shapes.
 """
 from __future__ import annotations
 
+import contextlib
 import traceback
 
 from nas_stab import gcsetup
 from nas_stab.search import plan, trial_states
 from nas_stab.search.plan import Job
+from nas_stab.search.protocols import Executor, JobSource
 from nas_stab.search.records import Records
-from nas_stab.search.sources import JOB_SOURCES, JobSource
+from nas_stab.search.sources import JOB_SOURCES
 from nas_stab.search.trial_states import INTERRUPTED
 
 
@@ -263,10 +218,8 @@ class Driver:
         if hasattr(self.rd, "release_reserve"):
             self.rd.release_reserve()
         status = "failed" if isinstance(error, Exception) else INTERRUPTED
-        try:
+        with contextlib.suppress(Exception):  # the error being raised says what went wrong; a rerun closes the trial
             trial_states.tell(self.study, ot, status, None, traceback.format_exc(limit=3))
-        except Exception:  # the error being raised says what went wrong; a rerun closes the trial
-            pass
 
     def next_run(self):
         """The first run of the next trial (a `Run`), `WAIT`, or None: for executors."""
@@ -400,8 +353,8 @@ class Driver:
 
     # ------------------------------------------------------------------ executors
 
-    def drive(self, executor) -> None:
-        """Train every trial on `executor` (see the module docstring); trials in flight are closed
+    def drive(self, executor: Executor) -> None:
+        """Train every trial on `executor` (`protocols.Executor`); trials in flight are closed
         as interrupted if anything stops it (Ctrl-C, an error)."""
         try:
             while True:

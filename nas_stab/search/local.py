@@ -6,20 +6,26 @@ FAIL (status interrupted) and trains them again (`driver.Driver`).
 
 `runner.concurrency: N` > 1 trains N runs at once in worker processes
 (nas_stab/search/local_pool.py); N = 1 trains in this process. Either way this
-process alone asks, tells and writes the run directory: both are executors of
-the one driver (`driver.Driver.drive`).
+process alone asks, tells and writes the run directory: both are executors
+(`protocols.Executor`) of the one driver (`driver.Driver.drive`).
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from nas_stab.config.schema import Spec
 from nas_stab.search import plan
 from nas_stab.search.driver import Driver, Run
+from nas_stab.search.protocols import Executor, JobSource
+
+if TYPE_CHECKING:  # types only: training.loop imports torch
+    from nas_stab.training.loop import RunResult
 
 
-def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, source=None) -> dict:
+def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, source: JobSource | None = None) -> dict:
     """Run every pending trial of `spec` into run directory `rd`. Returns status counts.
 
-    `source` (a `driver.JobSource`) replaces the grid or the sampler as where jobs come from.
+    `source` (a `protocols.JobSource`) replaces the grid or the sampler as where jobs come from.
     """
     from nas_stab.data import reuse_loaded
 
@@ -40,8 +46,8 @@ def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None
     return counts
 
 
-class InProcess:
-    """The executor of `runner.concurrency: 1`: one run at a time, trained in this process when waited for."""
+class InProcess(Executor):
+    """The `protocols.Executor` of `runner.concurrency: 1`: one run at a time, trained in this process when waited for."""
 
     def __init__(self, spec: Spec, prune: bool):
         self.spec, self.prune = spec, prune
@@ -52,13 +58,13 @@ class InProcess:
         return int(self.run is None)
 
     @property
-    def busy(self) -> list:
+    def busy(self) -> list[Run]:
         return [self.run] if self.run is not None else []
 
-    def submit(self, run) -> None:
+    def submit(self, run: Run) -> None:
         self.run = run
 
-    def wait(self) -> list[tuple]:
+    def wait(self) -> list[tuple[Run, RunResult, str]]:
         run = self.run
         assert run is not None, "the driver waits only with a run submitted (busy)"
         reporter = plan.make_reporter(run, self.spec.search.objective, offset=run.offset, prune=self.prune)
@@ -77,8 +83,8 @@ def _pooled(spec: Spec, driver) -> None:
         driver.drive(Pooled(pool, spec.runner.concurrency, driver.prune))
 
 
-class Pooled:
-    """`local_pool.WorkerPool` as an executor: up to `limit` workers, one started only when a run needs it."""
+class Pooled(Executor):
+    """`local_pool.WorkerPool` as a `protocols.Executor`: up to `limit` workers, one started only when a run needs it."""
 
     def __init__(self, pool, limit: int, prune: bool):
         self.pool, self.limit, self.prune = pool, limit, prune
@@ -88,13 +94,13 @@ class Pooled:
         return self.pool.idle + max(0, self.limit - self.pool.n)
 
     @property
-    def busy(self) -> list:
+    def busy(self) -> list[Run]:
         return self.pool.busy
 
-    def submit(self, run) -> None:
+    def submit(self, run: Run) -> None:
         if not self.pool.idle:
             self.pool.grow()
         self.pool.submit(run, run, run.job.params, run.job.seed, run.resolved, offset=run.offset, prune=self.prune)
 
-    def wait(self) -> list[tuple]:
+    def wait(self) -> list[tuple[Run, RunResult, str]]:
         return self.pool.wait()

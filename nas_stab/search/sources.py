@@ -1,37 +1,28 @@
 """Where the jobs of a search come from when Optuna's sampler does not ask: the job sources.
 
-A `search.sampler` name registered in `JOB_SOURCES` is a job source: the driver
-(`search/driver.py`, whose docstring explains the protocol) asks it for jobs whenever a
-backend has a free slot. `grid` (every point x seed, at once) is here; `bracket` (each
-learning-rate optimum found, bracketed and resolved, decided as results come in) is in
-`search/bracket.py`. A new source is a class taking `(spec, limit)` with a `pending`
-method, registered under the sampler name it answers to.
+A `search.sampler` name registered in `JOB_SOURCES` is a job source (`protocols.JobSource`):
+the driver (`search/driver.py`) asks it for jobs whenever a backend has a free slot. `grid`
+(every point x seed, at once) is here; `bracket` (each learning-rate optimum found, bracketed
+and resolved, decided as results come in) is in `search/bracket.py`. A new source is a class
+taking `(spec, limit)` with a `pending` method, registered under the sampler name it answers to.
 """
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol
 
 from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 from nas_stab.search import plan
 from nas_stab.search.plan import Job
+from nas_stab.search.protocols import JobSource
 
-
-class JobSource(Protocol):
-    """Jobs that may start now, given every recorded trials.csv row and the keys of runs in flight;
-    [] = nothing now (ask again when a run finishes); None = nothing more will come. Optional:
-    `total` (runs in all, when known) and `suggest(trial, base)` (record an enqueued job's
-    values in its Optuna trial, when they may lie outside the space's grid)."""
-
-    def pending(self, records: Sequence[dict], running: Collection[str]) -> list[Job] | None: ...
-
+__all__ = ["JOB_SOURCES", "GridSource", "JobSource"]
 
 JOB_SOURCES = Registry("job source")  # search.sampler names whose jobs come from a job source
 
 
 @JOB_SOURCES.register("grid")
-class GridSource:
+class GridSource(JobSource):
     """Every (grid point, seed) of the space, in grid order, all pending at once (`search.sampler: grid`).
 
     `limit` keeps the first `limit` jobs (`nas-stab run --trials`).

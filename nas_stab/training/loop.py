@@ -120,10 +120,60 @@ def cadences(spec, total: int, costs: budget.MeasureCosts = budget.FALLBACK) -> 
     return c.eval_every, c.snap_every
 
 
+@dataclass
+class _Run:
+    """One run's pieces and its state as it trains: what the steps of `train_run` share."""
+
+    spec: Any
+    task: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    total: int  # optimizer steps of the whole run
+    eval_every: int  # steps between validations (0: none during training)
+    snap_every: int  # steps between stability snapshots (0: none during training)
+    log_every: int  # steps between logged training losses
+    prober: Prober
+    rule: DivergenceRule
+    gen: torch.Generator  # the batch order's generator
+    spikes: SpikeCounter = field(default_factory=SpikeCounter)
+    result: RunResult = field(default_factory=lambda: RunResult(status="complete"))
+    history: dict[int, dict] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    max_update: float = 0.0
+    start: int = 0  # the step the training starts after (a checkpoint's, else 0)
+    step: int = 0  # the last step taken (or the one the run diverged at)
+    measured: float = 0.0  # the step loop's mid-run measurements, in seconds
+
+    @property
+    def t(self):
+        return self.spec.train
+
+
 def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Checkpointer | None = None) -> RunResult:
     """Train `spec` (already resolved: no search dimensions left) with `seed`."""
     t0 = time.perf_counter()
     keep_freed_memory()  # no page faults on every step's activation buffers (see training/malloc.py)
+    run = _setup(spec, seed)
+
+    state = checkpoint.load() if checkpoint else None
+    if state is not None:  # resume a run whose worker died
+        _resume(run, state)
+    else:
+        _measure_at_init(run)
+
+    _train_steps(run, reporter, checkpoint)
+
+    if run.rule.reason is not None:
+        _diverged(run, run.rule.reason)
+    if run.result.status == "complete":
+        _final_evaluation(run)
+    if run.result.status in ("complete", "pruned"):
+        _measure_at_end(run)
+    return _result(run, t0)
+
+
+def _setup(spec, seed: int) -> _Run:
+    """Data, model, optimizer, the cadences, the probes and the divergence rule, all from `seed`."""
     t, st = spec.train, spec.stability
     device = pick_device(t.device)
     seed_everything(seed)
@@ -134,44 +184,52 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     total = total_steps(t, task.steps_per_epoch)
     budgeted = st.budget is not None and (st.every is None or t.eval_every is None)
     eval_every, snap_every = cadences(spec, total, budget.measure_costs(spec, task) if budgeted else budget.FALLBACK)
-    log_every = max(1, total // 1000)
-    prober = Prober(model, task, spec)
-    rule = DivergenceRule(st.divergence.loss_factor, reference_loss(task))
-    spikes = SpikeCounter()
-    gen = torch.Generator().manual_seed(seed)
+    return _Run(spec=spec, task=task, model=model, optimizer=optimizer, total=total, eval_every=eval_every,
+                snap_every=snap_every, log_every=max(1, total // 1000), prober=Prober(model, task, spec),
+                rule=DivergenceRule(st.divergence.loss_factor, reference_loss(task)), gen=torch.Generator().manual_seed(seed))
 
-    result = RunResult(status="complete")
-    history: dict[int, dict] = {}
-    metrics: dict[str, float] = {}
-    max_update = 0.0
-    start = 0
 
-    state = checkpoint.load() if checkpoint else None
-    if state is not None:  # resume a run whose worker died
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        rule.load_state_dict(state["rule"])
-        if "prober" in state:  # the Lanczos warm start: the next sharpness as if never interrupted
-            prober.load_state_dict(state["prober"])
-        if "spikes" in state:
-            spikes.load_state_dict(state["spikes"])
-        history, metrics, max_update, start = state["history"], state["metrics"], state["max_update"], state["step"]
-    else:
-        schedule_lr(optimizer, t, 0, total)
-        m0 = time.perf_counter()
-        snap = _snapshot(prober, optimizer, spec, 0, rule)
-        result.measure_s += time.perf_counter() - m0
-        metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
-        if "probe_loss" in snap:
-            metrics["init_loss"] = snap["probe_loss"]
-        max_update = _max(max_update, snap.get("update_ratio"))
-        history[0] = {"step": 0, "lr": optimizer.param_groups[0]["lr"], **snap}
+def _resume(run: _Run, state: dict) -> None:
+    """The state a checkpoint saved (`_checkpoint_state`): the run goes on from its step."""
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    run.rule.load_state_dict(state["rule"])
+    if "prober" in state:  # the Lanczos warm start: the next sharpness as if never interrupted
+        run.prober.load_state_dict(state["prober"])
+    if "spikes" in state:
+        run.spikes.load_state_dict(state["spikes"])
+    run.history, run.metrics, run.max_update, run.start = state["history"], state["metrics"], state["max_update"], state["step"]
 
-    batches = task.train_batches(gen)
-    for _ in range(start):  # replay the batch order (and its RNG draws) from the seed up to the checkpoint
+
+def _checkpoint_state(run: _Run, step: int) -> dict:
+    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "rule": run.rule.state_dict(), "history": run.history,
+            "metrics": run.metrics, "max_update": run.max_update, "step": step, "prober": run.prober.state_dict(),
+            "spikes": run.spikes.state_dict()}
+
+
+def _measure_at_init(run: _Run) -> None:
+    """The stability snapshot before the first step: the init_* metrics and the history's step 0."""
+    schedule_lr(run.optimizer, run.t, 0, run.total)
+    m0 = time.perf_counter()
+    snap = _snapshot(run.prober, run.optimizer, run.spec, 0, run.rule)
+    run.result.measure_s += time.perf_counter() - m0
+    run.metrics.update({f"init_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
+    if "probe_loss" in snap:
+        run.metrics["init_loss"] = snap["probe_loss"]
+    run.max_update = _max(run.max_update, snap.get("update_ratio"))
+    run.history[0] = {"step": 0, "lr": run.optimizer.param_groups[0]["lr"], **snap}
+
+
+def _train_steps(run: _Run, reporter: Reporter | None, checkpoint: Checkpointer | None) -> None:
+    """The step loop, from the step after `run.start` to the last one, or until the divergence rule or
+    the pruner (`Pruned`) stops it. Sets `run.step` and the split of the loop's time."""
+    model, task, rule, total = run.model, run.task, run.rule, run.total
+    batches = task.train_batches(run.gen)
+    for _ in range(run.start):  # replay the batch order (and its RNG draws) from the seed up to the checkpoint
         next(batches)
-    step = start
+    step = run.start
 
     def stop(what: str, value: float) -> bool:
         """The divergence rule on this step's loss (then counted for spikes) and gradient norm."""
@@ -179,93 +237,116 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
             return rule.check_finite(value, step, what)
         if rule.check(value, step, explain=lambda: explain_nonfinite(model, task, batch)):
             return True
-        spikes.add(value, step)
+        run.spikes.add(value, step)
         return False
 
-    loop_t0, measured = time.perf_counter(), 0.0  # measured: the mid-run measurements' share of the loop
+    loop_t0 = time.perf_counter()
     try:
-        for step in range(start + 1, total + 1):
+        for step in range(run.start + 1, total + 1):
             batch = next(batches)
-            done = train_step(model, task, optimizer, t, batch, step, total, stop)
+            done = train_step(model, task, run.optimizer, run.t, batch, step, total, stop)
             if done.stopped:
                 break
-            lr, loss_value = done.lr, done.loss
-
-            if step % log_every == 0 or step == total:
-                history.setdefault(step, {"step": step})["train_loss"] = loss_value
-                history[step]["lr"] = lr
-            if snap_every and step % snap_every == 0 and step != total:
-                m0 = time.perf_counter()
-                snap = _snapshot(prober, optimizer, spec, step, rule)
-                max_update = _max(max_update, snap.get("update_ratio"))
-                history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
-                measured += time.perf_counter() - m0
-            if eval_every and step % eval_every == 0 and step != total:
-                m0 = time.perf_counter()
-                try:
-                    ev = task.evaluate(model, "val")
-                    if any(not math.isfinite(v) for v in ev.values()):
-                        rule.check_finite(math.nan, step, "validation metric",
-                                          explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
-                        break
-                    metrics.update(ev)
-                    metrics["train_loss"] = loss_value
-                    metrics["train_loss_tail"] = _tail(history, step)
-                    history.setdefault(step, {"step": step}).update(ev)
-                    if reporter:
-                        reporter(step, {**ev, "train_loss": loss_value, "train_loss_tail": metrics["train_loss_tail"]})
-                finally:
-                    measured += time.perf_counter() - m0
+            if step % run.log_every == 0 or step == total:
+                run.history.setdefault(step, {"step": step})["train_loss"] = done.loss
+                run.history[step]["lr"] = done.lr
+            if run.snap_every and step % run.snap_every == 0 and step != total:
+                _measure_mid_run(run, step)
+            if run.eval_every and step % run.eval_every == 0 and step != total and not _validate(run, step, done.loss, reporter):
+                break
             if checkpoint and checkpoint.every and step % checkpoint.every == 0:
-                checkpoint.save(
-                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "torch_rng": torch.get_rng_state(), "rule": rule.state_dict(), "history": history,
-                     "metrics": metrics, "max_update": max_update, "step": step, "prober": prober.state_dict(),
-                     "spikes": spikes.state_dict()}
-                )
+                checkpoint.save(_checkpoint_state(run, step))
         else:
             step = total
     except Pruned:
-        result.status = "pruned"
-    result.train_s = time.perf_counter() - loop_t0 - measured
-    result.measure_s += measured
+        run.result.status = "pruned"
+    run.step = step
+    run.result.train_s = time.perf_counter() - loop_t0 - run.measured
+    run.result.measure_s += run.measured
 
-    if rule.reason is not None:
-        result.status = "diverged"
-        result.diverged_step = rule.step
-        result.error = rule.reason
-        step = rule.step
-    if result.status == "complete":
-        final_val = task.evaluate(model, "val")
-        if any(not math.isfinite(v) for v in final_val.values()):  # as a mid-run validation: divergence, data
-            rule.check_finite(math.nan, total, "validation metric",
-                              explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
-            result.status, result.diverged_step, result.error = "diverged", rule.step, rule.reason
-            step = rule.step
-        else:
-            metrics.update(final_val)
-            history.setdefault(total, {"step": total}).update(final_val)  # the last validation point is in the history too
-            metrics.update(task.evaluate(model, "test"))
-            metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
-            metrics["train_loss_tail"] = _tail(history, total)
-    if result.status in ("complete", "pruned"):
-        m0 = time.perf_counter()
-        snap = _snapshot(prober, optimizer, spec, step, rule, final=True)
-        result.measure_s += time.perf_counter() - m0
-        metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
-        max_update = _max(max_update, snap.get("update_ratio"))
-        history.setdefault(step, {"step": step}).update(snap, loss_spikes=spikes.count)
-        if rule.reason is not None and result.status == "complete":
-            result.status, result.diverged_step, result.error = "diverged", rule.step, rule.reason
-    metrics["max_update_ratio"] = max_update
-    metrics["loss_spikes"] = spikes.count
+
+def _measure_mid_run(run: _Run, step: int) -> None:
+    """A stability snapshot during training, into the history."""
+    m0 = time.perf_counter()
+    snap = _snapshot(run.prober, run.optimizer, run.spec, step, run.rule)
+    run.max_update = _max(run.max_update, snap.get("update_ratio"))
+    run.history.setdefault(step, {"step": step}).update(snap, loss_spikes=run.spikes.count)
+    run.measured += time.perf_counter() - m0
+
+
+def _validate(run: _Run, step: int, loss_value: float, reporter: Reporter | None) -> bool:
+    """A validation during training, reported to the pruner (which may raise `Pruned`); False if a
+    metric is not finite: the run diverged (the rule says so) and stops."""
+    m0 = time.perf_counter()
+    model, task, metrics = run.model, run.task, run.metrics
+    try:
+        ev = task.evaluate(model, "val")
+        if any(not math.isfinite(v) for v in ev.values()):
+            run.rule.check_finite(math.nan, step, "validation metric",
+                                  explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
+            return False
+        metrics.update(ev)
+        metrics["train_loss"] = loss_value
+        metrics["train_loss_tail"] = _tail(run.history, step)
+        run.history.setdefault(step, {"step": step}).update(ev)
+        if reporter:
+            reporter(step, {**ev, "train_loss": loss_value, "train_loss_tail": metrics["train_loss_tail"]})
+        return True
+    finally:
+        run.measured += time.perf_counter() - m0
+
+
+def _diverged(run: _Run, reason: str) -> None:
+    """The divergence rule stopped the run (`reason`, the rule's): its status, step and reason."""
+    result, rule = run.result, run.rule
+    result.status = "diverged"
+    result.diverged_step = rule.step
+    result.error = reason
+    run.step = rule.step
+
+
+def _final_evaluation(run: _Run) -> None:
+    """A completed run: the last validation (a non-finite metric is divergence, data) and the test metrics."""
+    model, task, rule, total, metrics, history = run.model, run.task, run.rule, run.total, run.metrics, run.history
+    final_val = task.evaluate(model, "val")
+    if any(not math.isfinite(v) for v in final_val.values()):  # as a mid-run validation: divergence, data
+        rule.check_finite(math.nan, total, "validation metric",
+                          explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
+        run.result.status, run.result.diverged_step, run.result.error = "diverged", rule.step, rule.reason
+        run.step = rule.step
+        return
+    metrics.update(final_val)
+    history.setdefault(total, {"step": total}).update(final_val)  # the last validation point is in the history too
+    metrics.update(task.evaluate(model, "test"))
+    metrics["train_loss"] = history.get(total, {}).get("train_loss", metrics.get("train_loss", math.nan))
+    metrics["train_loss_tail"] = _tail(history, total)
+
+
+def _measure_at_end(run: _Run) -> None:
+    """The stability snapshot after the last step: the final_* metrics (a non-finite one: diverged)."""
+    result, rule, step = run.result, run.rule, run.step
+    m0 = time.perf_counter()
+    snap = _snapshot(run.prober, run.optimizer, run.spec, step, rule, final=True)
+    result.measure_s += time.perf_counter() - m0
+    run.metrics.update({f"final_{k}": v for k, v in snap.items() if k in STABILITY_METRICS})
+    run.max_update = _max(run.max_update, snap.get("update_ratio"))
+    run.history.setdefault(step, {"step": step}).update(snap, loss_spikes=run.spikes.count)
+    if rule.reason is not None and result.status == "complete":
+        result.status, result.diverged_step, result.error = "diverged", rule.step, rule.reason
+
+
+def _result(run: _Run, t0: float) -> RunResult:
+    """The run's `RunResult`: its metrics (the run-wide ones added), history, steps and wall time since `t0`."""
+    result, metrics, history = run.result, run.metrics, run.history
+    metrics["max_update_ratio"] = run.max_update
+    metrics["loss_spikes"] = run.spikes.count
     if result.status == "diverged":
         ordered = [history[k] for k in sorted(history)]
-        metrics["diverged_why"] = diverged_why(ordered, result.error, spikes.first, result.diverged_step,
-                                               metrics.get("init_loss"), rule.threshold)
+        metrics["diverged_why"] = diverged_why(ordered, result.error, run.spikes.first, result.diverged_step,
+                                               metrics.get("init_loss"), run.rule.threshold)
     result.metrics = metrics
     result.history = [history[k] for k in sorted(history)]
-    result.steps = step
+    result.steps = run.step
     result.wall_s = time.perf_counter() - t0
     return result
 

@@ -1,131 +1,19 @@
-"""The `nas-stab` command line (commands in the README). Thin: parse, call the library, print.
+"""The commands of `nas-stab` (the parser and the exit codes are in cli/__init__.py): each takes the parsed
+arguments, calls the library and prints.
 
-Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries
-(torch, Optuna, Ray) are imported inside the commands, so `--help` is fast.
+Imports are inside the commands, deferred for start-up time: `nas-stab --help` imports this module, and a
+command pays only for what it uses (config and yaml ~0.1 s, pandas ~0.5 s, torch, Optuna, Ray; even
+dataclasses, typing, json and difflib would add a third to `--help`'s ~40 ms).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shlex
 import sys
 from pathlib import Path
 
-from nas_stab import __version__
-from nas_stab.errors import NasStabError, SpecErrors, Terminated
-
-
-def _on_sigterm(signum, frame) -> None:
-    raise Terminated()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is cmd_run:
-        import signal
-
-        signal.signal(signal.SIGTERM, _on_sigterm)  # like Ctrl-C: close what runs, keep what is written
-        args.keep_frozen = argv is None  # the `nas-stab` process ends with this command (nas_stab/gcsetup.py)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        return args.func(args) or 0
-    except SpecErrors as e:
-        for line in e.lines():
-            print(f"error: {line}", file=sys.stderr)
-        return e.exit_code
-    except NasStabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except Terminated:
-        print("terminated (SIGTERM): runs in progress were closed as interrupted; rerun the same command to resume",
-              file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C): runs in progress were closed as interrupted; rerun the same command to resume",
-              file=sys.stderr)
-        return 130
-    except OSError as e:  # a full disk, a read-only or unusable --out: one line, never a traceback
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {where}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
-        return 2
-    except Exception as e:
-        optuna = sys.modules.get("optuna")
-        if optuna is None or not isinstance(e, optuna.exceptions.StorageInternalError):
-            raise
-        # the study's database refused a write (a full disk under study.db, a lost connection): one line
-        why = " ".join(str(e.__cause__ or e).split("\n")[0].split())
-        print(f"error: the Optuna storage failed to record ({why}); nothing finished was lost, rerun the same command "
-              "to resume", file=sys.stderr)
-        return 2
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nas-stab", description="Stability-aware neural architecture search, from YAML to leaderboards.")
-    p.add_argument("--version", action="version", version=f"nas_stab {__version__}")
-    sub = p.add_subparsers(metavar="COMMAND")
-
-    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, trial count and cost estimate")
-    v.add_argument("spec")
-    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
-    v.add_argument("--no-timing", action="store_true", help="skip the few timed training steps of the cost estimate")
-    v.set_defaults(func=cmd_validate)
-
-    r = sub.add_parser("run", help="run an experiment (resumes if it was interrupted)")
-    r.add_argument("spec")
-    r.add_argument("--out", default="runs", help="output root; the run goes to OUT/<name>/ (default: runs)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
-    r.add_argument("--runner", choices=["local", "ray"], help="override runner.kind")
-    r.add_argument("--address", help="Ray cluster address (with --runner ray): auto, HOST:PORT, or ray://HOST:PORT (Ray Client)")
-    r.add_argument("--trials", type=int, help="override search.trials: a total, so a rerun with the same N trains nothing more (grid: its first N runs; bracket: N runs; samplers: N trials; a transfer search: N outer trials)")
-    r.add_argument("--fresh", action="store_true", help="move an existing run of this name aside and start over")
-    r.set_defaults(func=cmd_run)
-
-    pr = sub.add_parser("probe", help="stability metrics at init (and after K steps) for every configuration, as a table and plots")
-    pr.add_argument("spec")
-    pr.add_argument("--steps", type=int, default=0, help="train K steps on the fixed probe batch before measuring again")
-    pr.add_argument("--seeds", type=int, metavar="N", help="probe the first N seeds of the experiment file's seeds (default: all)")
-    pr.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>/probe.* and plots/")
-    pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    pr.set_defaults(func=cmd_probe)
-
-    lb = sub.add_parser("leaderboard", help="build the LR-transfer leaderboard from one or more runs")
-    lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    lb.add_argument("--format", default="md", help="comma-separated: md,csv,tex,html (default: md)")
-    lb.add_argument("--out", help="output directory (default: the run directory)")
-    lb.add_argument("--metric", help="the metric to rank by (default: the run's leaderboard.metric or search.objective)")
-    lb.add_argument("--transfer", metavar="KEY", help="the size axis across which one lr should transfer")
-    lb.add_argument("--compare", metavar="KEY,...", help="comma-separated keys whose values label the rows")
-    lb.add_argument("--lr", metavar="KEY", help="the learning-rate key")
-    lb.add_argument("--reference", metavar="S", help="the reference size s_ref (default: the smallest)")
-    lb.add_argument("--tolerance", metavar="OCT", type=float, help="octaves of lr_drift a 'yes' allows with --criterion drift (default 1)")
-    lb.add_argument("--criterion", choices=("regret", "drift"), help="what 'transfers' judges (default: the run's leaderboard.criterion, regret)")
-    lb.add_argument("--epsilon", metavar="E", help="the regret a 'yes' allows: a number in the metric's units or a percentage "
-                    "of the row's gap between its best and the no-learning value (default: leaderboard.epsilon, 3%%)")
-    lb.set_defaults(func=cmd_leaderboard)
-
-    st = sub.add_parser("status", help="trials by status, best so far, time used and left")
-    st.add_argument("run_dir")
-    st.set_defaults(func=cmd_status)
-
-    ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
-    ls.set_defaults(func=cmd_list)
-
-    tb = sub.add_parser("tensorboard", help="(re)write the TensorBoard logs of a run directory's runs")
-    tb.add_argument("run_dir")
-    tb.set_defaults(func=cmd_tensorboard)
-
-    sc = sub.add_parser("schema", help="print the JSON Schema of experiment files (for editors: completion and checks as you type)")
-    sc.add_argument("--format", choices=["json", "markdown"], default="json",
-                    help="json: the JSON Schema (default); markdown: the reference page docs/experiment-file.md")
-    sc.add_argument("--out", help="write it to this file instead of standard output")
-    sc.set_defaults(func=cmd_schema)
-    return p
-
-
-# ---------------------------------------------------------------- commands
+from nas_stab import gcsetup
+from nas_stab.errors import RunError, SpecError
 
 
 def _load(args, *, probe: bool = False):
@@ -150,16 +38,27 @@ def cmd_validate(args) -> int:
     import yaml
 
     from nas_stab.config.display import applicable_plain
-    from nas_stab.search.plan import base_lookup
 
     spec = _load(args)
     plain = applicable_plain(spec)
     print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
     print("---")
+    runs = _print_trials(spec)
+    from nas_stab.estimate import estimate_cost, process_age
+
+    _preflight_data(spec)
+    print(estimate_cost(spec, runs, timed=not args.no_timing, startup_s=process_age()))
+    print(f"ok: {args.spec} is valid")
+    return 0
+
+
+def _print_trials(spec) -> int:
+    """Print what the search trains (trials x seeds, or a transfer search's outer x inner); returns the runs."""
+    from nas_stab.search.plan import base_lookup
+    from nas_stab.search.transfer import inner_points
+
     n_seeds = len(spec.seeds)
     if spec.search.transfer is not None:
-        from nas_stab.search.transfer import inner_points
-
         inner = len(inner_points(spec))
         runs = spec.search.trials * inner * n_seeds
         if spec.search.transfer.inner == "bracket":
@@ -184,12 +83,7 @@ def cmd_validate(args) -> int:
     else:
         runs = spec.search.trials * n_seeds
         print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")
-    from nas_stab.estimate import estimate_cost, process_age
-
-    _preflight_data(spec)
-    print(estimate_cost(spec, runs, timed=not args.no_timing, startup_s=process_age()))
-    print(f"ok: {args.spec} is valid")
-    return 0
+    return runs
 
 
 def _preflight_data(spec) -> str:
@@ -210,15 +104,12 @@ def _preflight_data(spec) -> str:
 
 
 def cmd_run(args) -> int:
-    from nas_stab import gcsetup
-
     with gcsetup.setup(getattr(args, "keep_frozen", False)) as setup_done:
         return _run(args, setup_done)
 
 
 def _run(args, setup_done) -> int:
     from nas_stab.data import reuse_loaded
-    from nas_stab.errors import SpecError
     from nas_stab.results.rundir import RunDir
 
     if args.trials is not None and not 1 <= args.trials <= 10_000_000:
@@ -226,7 +117,7 @@ def _run(args, setup_done) -> int:
     loaded = _load(args)
     spec = RunDir.adopt_earlier_defaults(args.out, loaded)  # a run directory made before a default changed keeps it
     if spec.runner.kind == "ray" and spec.runner.address:
-        from nas_stab.search.ray_runner import check_reachable
+        from nas_stab.search.ray_cluster import check_reachable  # Ray itself is imported only to run
 
         check_reachable(spec.runner.address, spec.runner.connect_timeout_s)  # before the run directory is written
     # runs trained in this process (local runner, one at a time) use the data the check loads;
@@ -277,31 +168,26 @@ def cmd_probe(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
+    from nas_stab import metrics
     from nas_stab.analysis.values import number_or_text
-    from nas_stab.errors import SpecError
     from nas_stab.results.leaderboard import build_leaderboard
+    from nas_stab.textfmt import did_you_mean
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]
     if bad or not formats:
         raise SpecError(f"unknown format {bad[0] if bad else '(none)'!r}; choose from md, csv, tex, html", key="--format")
     if args.epsilon is not None:
-        from nas_stab.metrics import parse_epsilon
-
         try:
-            parse_epsilon(args.epsilon)
+            metrics.parse_epsilon(args.epsilon)
         except ValueError as e:
             raise SpecError(str(e), key="--epsilon") from None
     overrides = {"metric": args.metric, "transfer": args.transfer, "lr": args.lr, "tolerance": args.tolerance,
                  "criterion": args.criterion, "epsilon": args.epsilon,
                  "compare": tuple(k.strip() for k in args.compare.split(",") if k.strip()) if args.compare is not None else None,
                  "reference": number_or_text(args.reference) if args.reference is not None else None}
-    if args.metric is not None:
-        from nas_stab import metrics
-        from nas_stab.textfmt import did_you_mean
-
-        if args.metric not in metrics.OBJECTIVES:
-            raise SpecError(f"unknown metric {args.metric!r}" + did_you_mean(args.metric, metrics.OBJECTIVES), key="--metric")
+    if args.metric is not None and args.metric not in metrics.OBJECTIVES:
+        raise SpecError(f"unknown metric {args.metric!r}" + did_you_mean(args.metric, metrics.OBJECTIVES), key="--metric")
     if args.tolerance is not None and not args.tolerance > 0:
         raise SpecError(f"must be > 0 octaves, got {args.tolerance}", key="--tolerance")
     paths = build_leaderboard([Path(d) for d in args.run_dirs], formats=formats, out_dir=Path(args.out) if args.out else None,
@@ -321,7 +207,6 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     """`nas-stab leaderboard RUN_DIR` of a run with logging.tracking: its tables into MLflow / W&B, with the
     runs a failure left out. Under the run directory's lock (a driver running there logs at its end);
     best effort, as during the search: a failure is a warning and a line in log.txt, never an error."""
-    from nas_stab.errors import RunError
     from nas_stab.results.reader import read_run
     from nas_stab.results.rundir import RunDir
     from nas_stab.results.tracking import backends, open_tracking
@@ -411,7 +296,3 @@ def cmd_schema(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The `nas-stab` command line (commands in the README). Thin: parse, call the library, print.
+
+This module is the parser and the exit codes; the commands are in commands.py.
+Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries
+(torch, Optuna, Ray) are imported inside the commands, so `--help` is fast.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from nas_stab import __version__
+from nas_stab.cli.commands import (
+    cmd_leaderboard,
+    cmd_list,
+    cmd_probe,
+    cmd_run,
+    cmd_schema,
+    cmd_status,
+    cmd_tensorboard,
+    cmd_validate,
+)
+from nas_stab.errors import NasStabError, SpecErrors, Terminated
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is cmd_run:
+        signal.signal(signal.SIGTERM, _on_sigterm)  # like Ctrl-C: close what runs, keep what is written
+        args.keep_frozen = argv is None  # the `nas-stab` process ends with this command (nas_stab/gcsetup.py)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except SpecErrors as e:
+        for line in e.lines():
+            print(f"error: {line}", file=sys.stderr)
+        return e.exit_code
+    except NasStabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except Terminated:
+        print("terminated (SIGTERM): runs in progress were closed as interrupted; rerun the same command to resume",
+              file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C): runs in progress were closed as interrupted; rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+    except OSError as e:  # a full disk, a read-only or unusable --out: one line, never a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
+        return 2
+    except Exception as e:
+        optuna = sys.modules.get("optuna")
+        if optuna is None or not isinstance(e, optuna.exceptions.StorageInternalError):
+            raise
+        # the study's database refused a write (a full disk under study.db, a lost connection): one line
+        why = " ".join(str(e.__cause__ or e).split("\n")[0].split())
+        print(f"error: the Optuna storage failed to record ({why}); nothing finished was lost, rerun the same command "
+              "to resume", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nas-stab", description="Stability-aware neural architecture search, from YAML to leaderboards.")
+    p.add_argument("--version", action="version", version=f"nas_stab {__version__}")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, trial count and cost estimate")
+    v.add_argument("spec")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
+    v.add_argument("--no-timing", action="store_true", help="skip the few timed training steps of the cost estimate")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("run", help="run an experiment (resumes if it was interrupted)")
+    r.add_argument("spec")
+    r.add_argument("--out", default="runs", help="output root; the run goes to OUT/<name>/ (default: runs)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
+    r.add_argument("--runner", choices=["local", "ray"], help="override runner.kind")
+    r.add_argument("--address", help="Ray cluster address (with --runner ray): auto, HOST:PORT, or ray://HOST:PORT (Ray Client)")
+    r.add_argument("--trials", type=int, help="override search.trials: a total, so a rerun with the same N trains nothing more "
+                   "(grid: its first N runs; bracket: N runs; samplers: N trials; a transfer search: N outer trials)")
+    r.add_argument("--fresh", action="store_true", help="move an existing run of this name aside and start over")
+    r.set_defaults(func=cmd_run)
+
+    pr = sub.add_parser("probe", help="stability metrics at init (and after K steps) for every configuration, as a table and plots")
+    pr.add_argument("spec")
+    pr.add_argument("--steps", type=int, default=0, help="train K steps on the fixed probe batch before measuring again")
+    pr.add_argument("--seeds", type=int, metavar="N", help="probe the first N seeds of the experiment file's seeds (default: all)")
+    pr.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>/probe.* and plots/")
+    pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    pr.set_defaults(func=cmd_probe)
+
+    lb = sub.add_parser("leaderboard", help="build the LR-transfer leaderboard from one or more runs")
+    lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    lb.add_argument("--format", default="md", help="comma-separated: md,csv,tex,html (default: md)")
+    lb.add_argument("--out", help="output directory (default: the run directory)")
+    lb.add_argument("--metric", help="the metric to rank by (default: the run's leaderboard.metric or search.objective)")
+    lb.add_argument("--transfer", metavar="KEY", help="the size axis across which one lr should transfer")
+    lb.add_argument("--compare", metavar="KEY,...", help="comma-separated keys whose values label the rows")
+    lb.add_argument("--lr", metavar="KEY", help="the learning-rate key")
+    lb.add_argument("--reference", metavar="S", help="the reference size s_ref (default: the smallest)")
+    lb.add_argument("--tolerance", metavar="OCT", type=float, help="octaves of lr_drift a 'yes' allows with --criterion drift (default 1)")
+    lb.add_argument("--criterion", choices=("regret", "drift"), help="what 'transfers' judges (default: the run's leaderboard.criterion, regret)")
+    lb.add_argument("--epsilon", metavar="E", help="the regret a 'yes' allows: a number in the metric's units or a percentage "
+                    "of the row's gap between its best and the no-learning value (default: leaderboard.epsilon, 3%%)")
+    lb.set_defaults(func=cmd_leaderboard)
+
+    st = sub.add_parser("status", help="trials by status, best so far, time used and left")
+    st.add_argument("run_dir")
+    st.set_defaults(func=cmd_status)
+
+    ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
+    ls.set_defaults(func=cmd_list)
+
+    tb = sub.add_parser("tensorboard", help="(re)write the TensorBoard logs of a run directory's runs")
+    tb.add_argument("run_dir")
+    tb.set_defaults(func=cmd_tensorboard)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of experiment files (for editors: completion and checks as you type)")
+    sc.add_argument("--format", choices=["json", "markdown"], default="json",
+                    help="json: the JSON Schema (default); markdown: the reference page docs/experiment-file.md")
+    sc.add_argument("--out", help="write it to this file instead of standard output")
+    sc.set_defaults(func=cmd_schema)
+    return p
