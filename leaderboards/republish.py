@@ -46,7 +46,7 @@ _COMMIT: list[str] = []
 def code_commit() -> str:
     """The commit of the code doing the rebuild, taken once, before this process writes anything (the
     files it rewrites would otherwise mark the later tables' commit '+dirty')."""
-    from nas_stab.results.rundir import git_commit
+    from nas_stab.results.rundir_meta import git_commit
 
     if not _COMMIT:
         _COMMIT.append(git_commit())

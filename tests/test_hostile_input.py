@@ -544,9 +544,9 @@ def test_leaderboard_removes_temporary_files_a_killed_leaderboard_left(tmp_path,
     capsys.readouterr()
     assert not any(p.exists() for p in stale) and live.exists() and other.exists()
     # atomic writes name their process, so the next leaderboard can tell
-    from nas_stab.results import rundir
+    from nas_stab.results import atomic
 
-    assert rundir._TMP.fullmatch(f".leaderboard.md.{os.getpid()}.abc_1234.tmp")
+    assert atomic._TMP.fullmatch(f".leaderboard.md.{os.getpid()}.abc_1234.tmp")
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ formula in ``docs/leaderboard.md``; this module implements exactly that.
 
 This module assembles the tables; the per-size optimum and its paired seed
 bootstrap are in `optimum.py`, the verdict rules and the stable lr range in
-`verdicts.py`, the handling of configuration values in `values.py`.
+`verdicts.py`, the handling of configuration values in `values.py`, the no-learning
+value in `analysis_no_learning.py`, the labels in `analysis_labels.py`.
 
 Example:
     >>> import pandas as pd
@@ -41,16 +42,15 @@ import numpy as np
 import pandas as pd
 
 from nas_stab import metrics
-from nas_stab.analysis.optimum import EPS, did_not_learn, estimate
+from nas_stab.analysis.labels import label_codes, label_rows, label_tables
+from nas_stab.analysis.no_learning import _BLEU, NoLearning, counted_values, no_learning, no_learning_level, stuck_undefined
+from nas_stab.analysis.optimum import EPS, estimate
 from nas_stab.analysis.values import NONE, canon, fill_base, fmt_value, value_codes
 from nas_stab.analysis.verdicts import CRITERIA, DEFAULT_EPSILON, parse_epsilon, rank, stable, verdicts
 from nas_stab.errors import RunError
 
 __all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning", "stuck_undefined"]
 
-_ACC = ("val_acc", "test_acc")
-_BLEU = ("bleu", "test_bleu")
-_LOSS = ("train_loss", "train_loss_tail", "val_loss", "test_loss")
 BLEU_SHARE = 0.2  # a BLEU cell trains only at this share of the table's best BLEU at its size (docs/leaderboard.md)
 
 
@@ -87,55 +87,6 @@ class Analysis:
     cells: pd.DataFrame
     records: pd.DataFrame = field(repr=False)
     sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-
-def no_learning(metric: str, classes: int | None = None) -> tuple[float | None, float, str]:
-    """(m0, margin, how) for `metric`; m0 None means "the largest finite value among complete runs".
-
-    Accuracy: m0 = 1/classes (chance of a balanced set; 0 when the class count is unknown),
-    margin a tenth of the way from m0 to 1. BLEU: m0 = 0, margin 1 BLEU. Losses: m0 = ln(classes),
-    the loss of a uniform prediction (the divergence rule's reference), else the largest finite
-    value among complete runs; margin 10% of m0. Other metrics: m0 as for an unknown loss
-    (minimize) or 0 (maximize), margin 0.
-    """
-    if metric in _ACC:
-        m0 = 1.0 / classes if classes and classes > 1 else 0.0
-        how = f"chance 1/{classes}" if classes and classes > 1 else "0 (class count unknown)"
-        return m0, 0.1 * (1.0 - m0), how
-    if metric in _BLEU:
-        return 0.0, 1.0, "0 BLEU"
-    if metric in _LOSS:
-        if classes and classes > 1:
-            return math.log(classes), 0.1 * math.log(classes), f"ln({classes}), the loss of a uniform prediction"
-        return None, 0.1, "the largest finite value among complete runs (no class count)"
-    if metrics.direction(metric) == "minimize":
-        return None, 0.0, "the largest finite value among complete runs"
-    return 0.0, 0.0, "0"
-
-
-def stuck_undefined(metric: str, classes: int | None = None, given: bool = False) -> str:
-    """Why a run stuck at the no-learning level cannot be told for `metric` ("" when it can).
-
-    `stuck` (docs/leaderboard.md) needs `m0` to be what a model that learned nothing scores on the
-    task, independent of the runs: chance accuracy 1/classes, the uniform prediction's loss
-    ln(classes), or an `m0` given explicitly. Elsewhere `m0` is a stand-in that would make the count
-    a guess: 0 for accuracy without a class count (not chance), the floor of the BLEU scale (a model
-    that emits one fixed sentence for every input scores above it), the worst complete run's value
-    (every table would have a stuck run by construction), or 0 for another metric.
-    """
-    if given:
-        return ""
-    if metric in _ACC:
-        return "" if classes and classes > 1 else "chance accuracy is unknown (no class count)"
-    if metric in _LOSS:
-        return "" if classes and classes > 1 else "no class count: m0 is the worst complete run's loss, not a no-learning level"
-    if metric in _BLEU:
-        return ("m0 = 0 is the floor of the BLEU scale, not the score of a model that learned nothing (one that emits "
-                "the same sentence for every input can score above it)")
-    return f"no task-defined no-learning level for {metric}"
-
-
-# ---------------------------------------------------------------- values
 
 
 # ---------------------------------------------------------------- analysis
@@ -184,6 +135,36 @@ def analyze(
     if criterion not in CRITERIA:
         raise RunError(f"leaderboard criterion {criterion!r} is not one of {', '.join(CRITERIA)}")
     eps_rel, eps_abs = parse_epsilon(DEFAULT_EPSILON if epsilon is None else epsilon)
+    df, lr_num = _usable_trials(trials, lr, transfer, compare, metric, base, notes)
+    direction = metrics.direction(metric)
+    sign = 1.0 if direction == "maximize" else -1.0
+    coded = _coded_records(df, lr_num, metric, classes, m0, margin, sign, lr, transfer, compare, notes)
+    level, lr_float, size_vals, label_vals = coded.level, coded.lr_float, coded.size_vals, coded.label_vals
+    per_seed, cells = _cell_tables(coded.rec, lr_float, level.stuck_na)
+    margins = _mark_trains(cells, metric, sign, level, notes)
+    ref_code = _reference_code(transfer, reference, size_vals, notes)
+    size_num = np.array([float(v) if t == 0 and isinstance(v, (int, float)) else np.nan for t, v in size_vals], dtype=float)
+    rows, sizes = estimate(per_seed, cells, sign=sign, thr=sign * level.m0 + margins, lr_float=lr_float, size_num=size_num,
+                           ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
+    sizes["bracket_end"] = _bracket_ends(df, coded.label_codes, coded.size_codes, sizes)
+    rows = _row_facts(rows, cells, lr_float, sign, level, eps_rel, eps_abs)
+    verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer), criterion=criterion)
+    rows = rank(label_rows(rows, sizes, label_vals, size_vals, compare), sign)
+    sizes, cells, rec = label_tables(sizes, cells, coded.rec, df, label_vals, size_vals, compare, lr_float)
+
+    settings = Settings(
+        metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
+        m0=level.m0, margin=level.margin, m0_source=level.how, tolerance=float(tolerance), other_keys=tuple(coded.other),
+        epsilon=DEFAULT_EPSILON if epsilon is None else epsilon, criterion=criterion,
+        n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes), stuck_na=level.stuck_na,
+    )
+    return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
+
+
+def _usable_trials(trials: pd.DataFrame, lr: str, transfer: str | None, compare: tuple[str, ...], metric: str,
+                   base: Mapping[str, Any] | None, notes: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """The trials with the keys the table needs filled from `base`, ``seed`` and ``status`` defaulted, and only the
+    runs with a positive finite learning rate; with that learning rate as a number."""
     if metric not in trials.columns:
         have = [c for c in trials.columns if c in metrics.OBJECTIVES]
         raise RunError(f"trials have no column {metric!r} (the leaderboard metric); metric columns: {', '.join(have) or 'none'}")
@@ -205,47 +186,44 @@ def analyze(
         lr_num = lr_num[good_lr]
     if df.empty:
         raise RunError(f"no trial has a positive finite learning rate {lr!r}")
+    return df, lr_num
 
-    direction = metrics.direction(metric)
-    sign = 1.0 if direction == "maximize" else -1.0
+
+@dataclass(frozen=True)
+class _Coded:
+    """The runs as the analysis counts them: `rec` has one row per run with its integer codes (``_k`` row label,
+    ``_s`` size, ``_l`` lr, ``_seed``), the value it counts with and its outcome; the values behind the codes
+    (`lr_float`, `size_vals`, `label_vals`), the table's no-learning level and the searched keys averaged over."""
+
+    rec: pd.DataFrame
+    level: NoLearning
+    lr_float: np.ndarray
+    size_vals: list
+    label_vals: list
+    label_codes: np.ndarray
+    size_codes: np.ndarray
+    other: list[str]
+
+
+def _coded_records(df, lr_num, metric, classes, m0, margin, sign, lr, transfer, compare, notes) -> _Coded:
+    """Each run's outcome, the value it counts with (`counted_values`) and its codes (`_Coded`)."""
     status = df["status"].astype(str).str.strip().str.lower().to_numpy()
     value = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float)
     finite = np.isfinite(value) & (np.abs(value) < 1e300)
     complete = status == "complete"
     ok = complete & finite
     pruned = status == "pruned"
-
-    m0_default, margin_default, m0_how = no_learning(metric, classes)
-    stuck_na = stuck_undefined(metric, classes, given=m0 is not None)
-    if m0 is None:
-        m0 = m0_default
-        if m0 is None:
-            pool = value[ok] if ok.any() else value[finite]
-            m0 = float(pool.max()) if pool.size else 1.0
-    else:
-        m0_how = "given"
-    m0 = float(m0)
-    if margin is None:
-        margin = 0.1 * abs(m0) if metric in _LOSS or (margin_default == 0.1 and m0_default is None) else margin_default
-    margin = float(margin)
-    # a pruned run counts with the value it had when it was stopped (its last evaluation), else m0;
-    # diverged, failed and non-finite runs count with m0; every value worse than m0 counts as m0
-    # (Wortsman et al. 2023 clamp losses at the initial loss)
-    counted = np.where(ok | (pruned & finite), value, m0)
-    counted = np.maximum(counted, m0) if sign > 0 else np.minimum(counted, m0)
-    thr = sign * m0 + margin  # the trains threshold in metric direction: at or below it, a value did not learn
-    # stuck: a complete run with a finite value that did not learn (chance accuracy, a uniform prediction's loss);
-    # diverged, pruned and failed runs are never stuck
-    stuck = ok & did_not_learn(counted, sign, thr) if not stuck_na else np.zeros(len(df), dtype=bool)
+    level = no_learning_level(metric, classes, m0, margin, value, ok, finite)
+    counted, stuck = counted_values(value, ok, pruned, finite, sign, level)
 
     seed_codes, _ = value_codes(df["seed"])
     size_codes, size_vals = value_codes(df[transfer]) if transfer else (np.zeros(len(df), np.int64), [NONE])
     lr_codes, lr_vals = value_codes(pd.Series(lr_num))
-    label_codes, label_vals = _label_codes(df, compare)
+    k_codes, label_vals = label_codes(df, compare)
 
     rec = pd.DataFrame(
         {
-            "_k": label_codes, "_s": size_codes, "_l": lr_codes, "_seed": seed_codes,
+            "_k": k_codes, "_s": size_codes, "_l": lr_codes, "_seed": seed_codes,
             "_value": counted, "_ok": ok,
             "_div": (status == "diverged") | (complete & ~finite),
             "_stuck": stuck,
@@ -257,7 +235,13 @@ def analyze(
     other = _other_keys(df, (lr, transfer, *compare))
     if other:
         notes.append("cells average over the searched keys " + ", ".join(other))
+    return _Coded(rec=rec, level=level, lr_float=lr_float, size_vals=size_vals, label_vals=label_vals, label_codes=k_codes,
+                  size_codes=size_codes, other=other)
 
+
+def _cell_tables(rec: pd.DataFrame, lr_float: np.ndarray, stuck_na: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (row label, size, lr, seed): the seed's mean value and run counts; and one per cell (row label,
+    size, lr): the mean, standard deviation and number of the seed values, the run counts and the lr."""
     per_seed = rec.groupby(["_k", "_s", "_l", "_seed"], sort=True).agg(
         v=("_value", "mean"), runs=("_value", "size"), ok=("_ok", "sum"), div=("_div", "sum"), stuck=("_stuck", "sum"),
         pruned=("_pruned", "sum"), failed=("_failed", "sum"),
@@ -269,6 +253,13 @@ def analyze(
     if stuck_na:  # no task-defined no-learning level: not a count of zero, no count
         cells["n_stuck"] = np.nan
     cells["lr"] = lr_float[cells["_l"].to_numpy()]
+    return per_seed, cells
+
+
+def _mark_trains(cells: pd.DataFrame, metric: str, sign: float, level: NoLearning, notes: list[str]) -> np.ndarray:
+    """The trains margin of every (row label, size) [k, s], and the column ``trains`` of the cells: the seed mean
+    beats m0 by more than it."""
+    m0, margin = level.m0, level.margin
     n_k, n_s = int(cells["_k"].max()) + 1, int(cells["_s"].max()) + 1
     margins = np.full((n_k, n_s), margin)
     if metric in _BLEU:
@@ -279,19 +270,25 @@ def analyze(
         notes.append(f"a BLEU cell trains when it reaches {BLEU_SHARE:g} of the table's best BLEU at its size (and {margin:g} BLEU)")
     cell_margin = margins[cells["_k"].to_numpy(), cells["_s"].to_numpy()]
     cells["trains"] = sign * (cells["mean"] - m0) > cell_margin + EPS
+    return margins
 
-    size_num = np.array([float(v) if t == 0 and isinstance(v, (int, float)) else np.nan for t, v in size_vals], dtype=float)
-    ref_code = None
-    if transfer and reference is not None:
-        want = canon(reference)
-        ref_code = next((i for i, v in enumerate(size_vals) if v == want), None)
-        if ref_code is None:
-            notes.append(f"reference size {fmt_value(reference)} was not tried; the smallest size stands in")
-    res = estimate(per_seed, cells, sign=sign, thr=sign * m0 + margins, lr_float=lr_float, size_num=size_num,
-                    ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
-    rows, sizes = res
-    sizes["bracket_end"] = _bracket_ends(df, label_codes, size_codes, sizes)
 
+def _reference_code(transfer: str | None, reference: Any, size_vals: list, notes: list[str]) -> int | None:
+    """The size code of the reference size (None: none given, or it was not tried)."""
+    if not (transfer and reference is not None):
+        return None
+    want = canon(reference)
+    ref_code = next((i for i, v in enumerate(size_vals) if v == want), None)
+    if ref_code is None:
+        notes.append(f"reference size {fmt_value(reference)} was not tried; the smallest size stands in")
+    return ref_code
+
+
+def _row_facts(rows: pd.DataFrame, cells: pd.DataFrame, lr_float: np.ndarray, sign: float, level: NoLearning,
+               eps_rel, eps_abs) -> pd.DataFrame:
+    """`estimate`'s rows with the stable lr range, the best cell, the shares of diverged, stuck and pruned runs,
+    m0, the margin, epsilon and the largest size's facts (`_largest_size`): what the verdicts and the ranking use."""
+    m0, margin, stuck_na = level.m0, level.margin, level.stuck_na
     rows = rows.join(stable(cells, lr_float))
     top = cells.assign(score=sign * cells["mean"]).sort_values(
         ["_k", "score", "_l"], ascending=[True, False, True], kind="mergesort").groupby("_k").head(1).set_index("_k")
@@ -313,51 +310,7 @@ def analyze(
     rows["margin"] = margin
     gap = (sign * (rows["best"] - m0)).clip(lower=0.0)
     rows["epsilon"] = eps_abs if eps_rel is None else eps_rel * gap
-    rows = rows.join(_largest_size(cells, lr_float))
-    verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer), criterion=criterion)
-
-    # labels, sizes and ranking
-    rows = rows.reset_index()
-    rows["label"] = [label_vals[k][0] for k in rows["_k"]]
-    for i, key in enumerate(compare):
-        rows[key] = _obj([label_vals[k][1][i] for k in rows["_k"]], rows.index)
-    rows["best_size"] = _obj([size_vals[s][1] if s >= 0 else None for s in rows["_best_s"]], rows.index)
-    rows["reference_size"] = _obj([size_vals[s][1] if s >= 0 else None for s in rows["_ref_s"]], rows.index)
-    sz = sizes.sort_values(["_k", "_s"], kind="mergesort")
-    at = np.searchsorted(sz["_k"].to_numpy(), rows["_k"].to_numpy(), side="left")
-    to = np.searchsorted(sz["_k"].to_numpy(), rows["_k"].to_numpy(), side="right")
-    sv = [size_vals[s][1] for s in sz["_s"]]
-    blr, cen, tr, ad, ends = (sz[c].tolist() for c in ("best_lr", "censored", "trains", "all_diverged", "bracket_end"))
-    rows["best_lrs"] = [tuple(zip(sv[i:j], blr[i:j])) for i, j in zip(at, to)]
-    rows["censored"] = [tuple((v, c) for v, c in zip(sv[i:j], cen[i:j]) if c) for i, j in zip(at, to)]
-    rows["bracket_ends"] = [tuple((v, e) for v, e in zip(sv[i:j], ends[i:j]) if e) for i, j in zip(at, to)]
-    rows["no_best_lr"] = [tuple((v, "diverged" if d else "no lr trains") for v, t, d in zip(sv[i:j], tr[i:j], ad[i:j]) if not t)
-                          for i, j in zip(at, to)]
-    rows = rank(rows, sign)
-
-    sizes = sizes.copy()
-    sizes.insert(0, "label", [label_vals[k][0] for k in sizes["_k"]])
-    sizes["size"] = _obj([size_vals[s][1] for s in sizes["_s"]], sizes.index)
-    cells.insert(0, "label", [label_vals[k][0] for k in cells["_k"]])
-    for i, key in enumerate(compare):
-        cells.insert(1 + i, key, _obj([label_vals[k][1][i] for k in cells["_k"]], cells.index))
-        sizes.insert(1 + i, key, _obj([label_vals[k][1][i] for k in sizes["_k"]], sizes.index))
-    cells["size"] = _obj([size_vals[s][1] for s in cells["_s"]], cells.index)
-    cells["frac_diverged"] = cells["n_diverged"] / cells["n_runs"]
-    cells["frac_stuck"] = cells["n_stuck"] / cells["n_runs"]
-
-    rec["label"] = [label_vals[k][0] for k in rec["_k"]]
-    rec["size"] = _obj([size_vals[s][1] for s in rec["_s"]], rec.index)
-    rec["lr"] = lr_float[rec["_l"].to_numpy()]
-    rec = pd.concat([df.reset_index(drop=True), rec], axis=1)
-
-    settings = Settings(
-        metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
-        m0=m0, margin=margin, m0_source=m0_how, tolerance=float(tolerance), other_keys=tuple(other),
-        epsilon=DEFAULT_EPSILON if epsilon is None else epsilon, criterion=criterion,
-        n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes), stuck_na=stuck_na,
-    )
-    return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
+    return rows.join(_largest_size(cells, lr_float))
 
 
 BRACKET_END = "bracket_end"  # a trials column: the end of the run's bracket sweep (set by load_analysis)
@@ -388,34 +341,6 @@ def _largest_size(cells: pd.DataFrame, lr_float: np.ndarray) -> pd.DataFrame:
     by = g.groupby("_k")
     return pd.DataFrame({"largest_diverged": by["div"].sum() / by["runs"].sum(),
                          "largest_window": (by["x"].max() - by["x"].min()).fillna(0.0)})
-
-
-def _obj(values: list, index: pd.Index) -> pd.Series:
-    """Keep configuration values as they are (ints stay ints, None stays None)."""
-    return pd.Series(values, index=index, dtype=object)
-
-
-def _label_codes(df: pd.DataFrame, compare: tuple[str, ...]) -> tuple[np.ndarray, list[tuple[str, tuple]]]:
-    """Row-label codes (sorted) and, per code, (display text, tuple of values)."""
-    if not compare:
-        return np.zeros(len(df), np.int64), [("all", ())]
-    parts = [value_codes(df[k]) for k in compare]
-    frame = pd.DataFrame({f"c{i}": c for i, (c, _) in enumerate(parts)})
-    codes = frame.groupby(list(frame.columns), sort=True).ngroup().to_numpy()
-    firsts = frame.assign(_g=codes).drop_duplicates("_g").sort_values("_g")
-    keyed = [_continuous(parts[i][1]) for i in range(len(compare))]
-    labels = []
-    for key in firsts[list(frame.columns)].itertuples(index=False, name=None):
-        vals = tuple(parts[i][1][c][1] for i, c in enumerate(key))
-        text = [f"{k.rsplit('.', 1)[-1]}={fmt_value(v)}" if named else fmt_value(v) for k, v, named in zip(compare, vals, keyed)]
-        labels.append((", ".join(text), vals))
-    return codes, labels
-
-
-def _continuous(forms: list) -> bool:
-    """A compare key whose values include a non-integer number (a sampled continuous value, as a transfer
-    search's outer trials have): its label carries the key's name, since a bare 0.550798 says nothing."""
-    return any(isinstance(v, float) and math.isfinite(v) and not float(v).is_integer() for _, v in forms)
 
 
 def _other_keys(df: pd.DataFrame, used: tuple) -> list[str]:

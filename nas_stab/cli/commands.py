@@ -289,7 +289,7 @@ def cmd_schema(args) -> int:
 
     text = json.dumps(json_schema(), indent=2) + "\n" if args.format == "json" else markdown_reference()
     if args.out:
-        from nas_stab.results.rundir import atomic_write
+        from nas_stab.results.atomic import atomic_write
 
         atomic_write(Path(args.out), text)
         print(f"wrote {args.out}", file=sys.stderr)

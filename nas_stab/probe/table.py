@@ -66,7 +66,7 @@ def provenance_text(spec: Spec, seeds: list, steps: int, started, seconds: float
 
     import nas_stab
     from nas_stab.config import spec_hash
-    from nas_stab.results.rundir import git_commit, hardware
+    from nas_stab.results.rundir_meta import git_commit, hardware
 
     lines = [
         f"spec: {spec.name} (hash {spec_hash(spec)})",
@@ -116,7 +116,7 @@ def probe_markdown(spec: Spec, rows: list[dict], keys: list[str], steps: int, se
     import torch
 
     import nas_stab
-    from nas_stab.results.rundir import git_commit
+    from nas_stab.results.rundir_meta import git_commit
 
     shown = ["init_" + m for m in TABLE] + (["final_" + m for m in TABLE] if steps else [])
     shown = [c for c in shown if any(c in r for r in rows)]

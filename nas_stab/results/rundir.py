@@ -22,20 +22,18 @@ import errno
 import fcntl
 import io
 import os
-import platform
-import re
-import subprocess
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from nas_stab import __version__, metrics
+from nas_stab import metrics
 from nas_stab.csvsafe import csv_cell, unescape_cell
 from nas_stab.errors import RunError
+from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
+from nas_stab.results.rundir_meta import meta_for, spec_changes
 
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
@@ -43,151 +41,6 @@ FIXED_HEAD = ["trial", "seed", "status", "objective"]
 FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "train_s", "measure_s", "diverged_step", "diverged_why", "error", "run_id",
               "key", "optuna_trial"]
 TIMING_COLUMNS = ("wall_s", "train_s", "measure_s")  # seconds: the only columns two runs of the same job may differ in
-
-
-def atomic_write(path: Path, data: str | bytes) -> Path:
-    """Write then rename: a reader never sees a half-written file. The file gets
-    the usual permissions (0666 minus the umask), not mkstemp's private 0600."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")  # pid: `remove_stale_tmp`
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)  # the rename itself survives a crash
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-_TMP = re.compile(r"\..+\.([0-9]+)\.[A-Za-z0-9_]+\.tmp")  # atomic_write's temporary files: .<name>.<pid>.<random>.tmp
-
-
-def remove_stale_tmp(dirs: Iterable[Path]) -> int:
-    """Remove the temporary files of `atomic_write`s whose process is gone (a killed `nas-stab
-    leaderboard`); those of a live process, and any other file, stay. Returns how many."""
-    n = 0
-    for d in dirs:
-        if not Path(d).is_dir() or Path(d).is_symlink():
-            continue
-        for p in Path(d).iterdir():
-            m = _TMP.fullmatch(p.name)
-            if m is None or not p.is_file() or p.is_symlink() or _alive(int(m.group(1))):
-                continue
-            with contextlib.suppress(OSError):
-                p.unlink()
-                n += 1
-    return n
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True  # another user's process (or not a pid): left alone
-    return True
-
-
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def git_commit() -> str:
-    """The commit of the nas_stab source tree ('+dirty' with local changes), or 'unknown'."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if sha.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5)
-        return sha.stdout.strip()[:12] + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def hardware() -> str:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
-    except Exception:  # pragma: no cover
-        pass
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores (CPU)"
-
-
-def invocation() -> str | None:
-    """The `nas-stab run ...` command line that started this process (its overrides included), or None when
-    the run was started otherwise (the Python API, a test)."""
-    import shlex
-    import sys
-
-    argv = sys.argv
-    if len(argv) < 2 or argv[1] != "run" or Path(argv[0]).name not in ("nas-stab", "cli.py", "__main__.py"):
-        return None
-    return "nas-stab " + shlex.join(argv[1:])
-
-
-def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
-    """The keys whose values differ between a run directory's stored spec and the one now given, as
-    ``key: old -> new`` (at most `limit`, then how many more): what the refusal of a changed spec names."""
-    from nas_stab.analysis.values import dotted
-
-    a = dotted({k: v for k, v in stored.items() if k != "meta"})
-    b = dotted({k: v for k, v in new.items() if k != "meta"})
-    keys = [k for k in sorted(set(a) | set(b)) if a.get(k, "(unset)") != b.get(k, "(unset)")]
-    parts = [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys[:limit]]
-    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return ", ".join(parts) + more
-
-
-def meta_for(spec) -> dict:
-    import torch
-
-    from nas_stab.config import spec_hash
-
-    command = invocation()
-    return {**({"command": command} if command else {}),
-        "spec_hash": spec_hash(spec),
-        "nas_stab_version": __version__,
-        "git_commit": git_commit(),
-        "torch_version": str(torch.__version__),
-        "python": platform.python_version(),
-        "hardware": hardware(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": spec.source,
-    }
 
 
 class RunDir:
@@ -368,7 +221,7 @@ class RunDir:
 
     def _acquire(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        f = open(self.path / "log.txt", "a", encoding="utf-8")
+        f = open(self.path / "log.txt", "a", encoding="utf-8")  # noqa: SIM115 - held open (and locked) until _release
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
