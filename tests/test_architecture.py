@@ -140,3 +140,31 @@ def test_checks_that_need_a_component_are_registered_by_it():
     for module in hooks.PROVIDERS:  # each provider imports config's hooks, config never imports it
         assert module.startswith("nas_stab.") and _unit(module) != "config"
 
+
+
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 400
+
+
+def _long_units() -> tuple[list[str], list[str]]:
+    functions, modules = [], []
+    for _name, path in _modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            modules.append(f"{path.relative_to(PKG.parent)} ({len(text.splitlines())} lines)")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    functions.append(f"{path.relative_to(PKG.parent)}::{node.name} ({n} lines)")
+    return functions, modules
+
+
+def test_no_function_too_long_to_read():
+    functions, _ = _long_units()
+    assert not functions, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(functions)
+
+
+def test_no_module_too_long_to_read():
+    _, modules = _long_units()
+    assert not modules, f"modules over {MAX_MODULE_LINES} lines: " + "; ".join(modules)
