@@ -47,7 +47,7 @@ def unescape_cell(v: Any) -> Any:
 
 def _text(dtype) -> bool:
     """A column that may hold text: object, or pandas' string dtype (the default for text from pandas 3)."""
-    import pandas as pd
+    import pandas as pd  # deferred: loads pandas only when this runs
 
     return dtype == object or pd.api.types.is_string_dtype(dtype)
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nas_stab.textfmt import did_you_mean
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -51,8 +53,6 @@ class Registry:
         return self.entry(name).obj
 
     def unknown(self, name: str) -> str:
-        from nas_stab.textfmt import did_you_mean
-
         return f"unknown {self.kind} {name!r}" + did_you_mean(name, self.names())
 
     def items(self):

@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.more_seeds import plan
+from nas_stab.analysis.table import analyze
+
 __all__ = ["FAMILIES", "GRIDS", "Setting", "evaluate", "simulate", "truth"]
 
 CHANCE = 0.1  # 10 classes
@@ -175,8 +178,6 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
     ``runs``, the runs a table used. `adaptive` (min, max): adaptive seeds (`more_seeds.plan`), each table
     starting with min seeds per cell and growing where its verdict is open, up to max (each setting's `seeds`
     is then ignored); ``batches``: the most batches of seeds a table added."""
-    from nas_stab.analysis.table import analyze
-
     if adaptive is not None:
         settings = [replace(s, seeds=int(adaptive[1])) for s in settings]
     trials, truths = simulate(settings, tables, seed)
@@ -233,9 +234,6 @@ def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):
     """Adaptive seeds on simulated tables drawn with `max` seeds per cell: the first `min` seeds of every cell,
     then, look after look, the seeds `more_seeds.plan` asks for (a cell's seeds in order), until it asks for
     none. (the final analysis, the trials it used, the number of looks)"""
-    from nas_stab.analysis.more_seeds import plan
-    from nas_stab.analysis.table import analyze
-
     lo, hi = int(adaptive[0]), int(adaptive[1])
     cell = ["setting", "table", "model.width", "train.lr"]
     # a run's place among its cell's runs, in seed order: a cell grown to n seeds holds its first n runs (where the

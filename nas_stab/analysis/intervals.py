@@ -36,7 +36,7 @@ __all__ = ["factor", "widen", "widen_replicates"]
 
 
 def _z_t(n, level: float):
-    from scipy.special import ndtri, stdtrit
+    from scipy.special import ndtri, stdtrit  # deferred: loads SciPy only when this runs
 
     q = (1.0 + level) / 2.0
     n = np.asarray(n, dtype=float)

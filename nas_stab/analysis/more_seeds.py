@@ -40,7 +40,7 @@ _LEVEL = 0.9  # the leaderboard's interval level
 
 def shrink(n: int, k: int, level: float = _LEVEL) -> float:
     """How much an interval's half-width scales from n seeds to k: t_{k-1}(q) sqrt(n) / (t_{n-1}(q) sqrt(k))."""
-    from scipy.special import stdtrit
+    from scipy.special import stdtrit  # deferred: loads SciPy only when this runs
 
     q = (1 + level) / 2
     return float(stdtrit(max(k - 1, 1), q) / stdtrit(max(n - 1, 1), q) * math.sqrt(n / k))

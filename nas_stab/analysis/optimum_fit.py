@@ -9,6 +9,7 @@ and from those the statistics of the transfer: regrets (`_regrets`), drift and s
 """
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -22,8 +23,6 @@ class _quiet:
     """Silence numpy's "mean of empty slice" warnings (an empty slice is NaN, as wanted)."""
 
     def __enter__(self):
-        import warnings
-
         self._w = warnings.catch_warnings()
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -98,7 +98,7 @@ def _regret_floor(V, SP, X, point, trains, ref, sign) -> tuple[np.ndarray, np.nd
     small-sample factor of `intervals.widen`), and the carried lr's true value at most the point estimate
     plus the largest such margin among the cells within a grid step of it; a size's regret is at least the
     difference (0 for the reference size)."""
-    from scipy.special import stdtrit
+    from scipy.special import stdtrit  # deferred: loads SciPy only when this runs
 
     K, S, L, N = V.shape
     n = np.isfinite(V).sum(-1)

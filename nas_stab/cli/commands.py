@@ -8,16 +8,25 @@ dataclasses, typing, json and difflib would add a third to `--help`'s ~40 ms).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import shlex
 import sys
+import typing
 from pathlib import Path
 
-from nas_stab import gcsetup
+from nas_stab import gcsetup, metrics
 from nas_stab.errors import RunError, SpecError
+from nas_stab.results.atomic import atomic_write
+from nas_stab.results.reader import read_run
+from nas_stab.results.tensorboard import rebuild
+from nas_stab.search.plan import base_lookup
+from nas_stab.search.ray_cluster import check_reachable
+from nas_stab.textfmt import did_you_mean
 
 
 def _load(args, *, probe: bool = False):
-    from nas_stab.config import load_spec
+    from nas_stab.config import load_spec  # deferred: loads PyYAML only when this runs
 
     overrides = list(args.set)
     if getattr(args, "runner", None):
@@ -27,7 +36,7 @@ def _load(args, *, probe: bool = False):
     spec = load_spec(args.spec, overrides, probe=probe)
     for note in spec.notes:
         print(f"warning: {note}", file=sys.stderr)
-    from nas_stab.config.rules_leaderboard import leaderboard_warnings
+    from nas_stab.config.rules_leaderboard import leaderboard_warnings  # deferred: loads PyYAML only when this runs
 
     for w in ([] if probe else leaderboard_warnings(spec)):
         print(f"warning: {args.spec}: leaderboard: {w}", file=sys.stderr)
@@ -35,16 +44,16 @@ def _load(args, *, probe: bool = False):
 
 
 def cmd_validate(args) -> int:
-    import yaml
+    import yaml  # deferred: loads PyYAML only when this runs
 
-    from nas_stab.config.display import applicable_plain
+    from nas_stab.config.display import applicable_plain  # deferred: loads PyYAML only when this runs
 
     spec = _load(args)
     plain = applicable_plain(spec)
     print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip())
     print("---")
     runs = _print_trials(spec)
-    from nas_stab.estimate import estimate_cost, process_age
+    from nas_stab.estimate import estimate_cost, process_age  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     _preflight_data(spec)
     print(estimate_cost(spec, runs, timed=not args.no_timing, startup_s=process_age()))
@@ -54,8 +63,7 @@ def cmd_validate(args) -> int:
 
 def _print_trials(spec) -> int:
     """Print what the search trains (trials x seeds, or a transfer search's outer x inner); returns the runs."""
-    from nas_stab.search.plan import base_lookup
-    from nas_stab.search.transfer import inner_points
+    from nas_stab.search.transfer import inner_points  # deferred: loads PyYAML only when this runs
 
     n_seeds = len(spec.seeds)
     if spec.search.transfer is not None:
@@ -90,12 +98,12 @@ def _preflight_data(spec) -> str:
     """Load the base configuration's dataset once, so a missing or corrupt file is
     one clear error (exit 2) before anything is written, not a failure per trial.
     Returns, and prints, how its splits were made (provenance)."""
-    from nas_stab.data import load_dataset
+    from nas_stab.data import load_dataset  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     if spec.task.kind == "classification":
         data = load_dataset(spec, "cpu")
     else:
-        from nas_stab.tasks import load_task
+        from nas_stab.tasks import load_task  # deferred: loads torch, PyYAML, NumPy only when this runs
 
         data = load_task(spec, spec.seeds[0], "cpu").data
     note = f"{spec.task.dataset.name}: {getattr(data, 'note', '') or 'splits as found'}"
@@ -109,16 +117,14 @@ def cmd_run(args) -> int:
 
 
 def _run(args, setup_done) -> int:
-    from nas_stab.data import reuse_loaded
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.data import reuse_loaded  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     if args.trials is not None and not 1 <= args.trials <= 10_000_000:
         raise SpecError(f"must be a count from 1 to 10000000, got {args.trials}", key="--trials")
     loaded = _load(args)
     spec = RunDir.adopt_earlier_defaults(args.out, loaded)  # a run directory made before a default changed keeps it
     if spec.runner.kind == "ray" and spec.runner.address:
-        from nas_stab.search.ray_cluster import check_reachable  # Ray itself is imported only to run
-
         check_reachable(spec.runner.address, spec.runner.connect_timeout_s)  # before the run directory is written
     # runs trained in this process (local runner, one at a time) use the data the check loads;
     # worker processes (Ray, local concurrency > 1) load their own
@@ -131,14 +137,14 @@ def _run(args, setup_done) -> int:
             if spec is not loaded:
                 rd.log("this run directory was made before defaults changed; it keeps its values (spec.yaml)")
             print(f"run directory: {rd.path}", file=sys.stderr)
-            from nas_stab.results.status import watch_commands
+            from nas_stab.results.status import watch_commands  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
             for c in watch_commands(spec, rd.path):
                 print(f"watch it: {c}", file=sys.stderr)
             if spec.runner.kind == "ray":
-                from nas_stab.search.ray_runner import run_ray as run
+                from nas_stab.search.ray_runner import run_ray as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
             else:
-                from nas_stab.search.local import run_local as run
+                from nas_stab.search.local import run_local as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
             setup_done()
             counts = run(spec, rd, trials=args.trials)
             rd.log(f"finished: {counts}")
@@ -151,7 +157,7 @@ def _run(args, setup_done) -> int:
 def _write_leaderboard(rd) -> dict[str, Path]:
     """leaderboard.md at the end of every run; the figures are `nas-stab leaderboard`'s
     (drawing them here cost ~1.5 s of every run, matplotlib's import included). Returns what was written."""
-    from nas_stab.results.leaderboard import build_leaderboard
+    from nas_stab.results.leaderboard import build_leaderboard  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
     paths = build_leaderboard([rd.path], formats=("md",), plots=False)
     print(Path(paths["md"]).read_text(encoding="utf-8"))  # what was written, not a second analysis
@@ -160,7 +166,7 @@ def _write_leaderboard(rd) -> dict[str, Path]:
 
 
 def cmd_probe(args) -> int:
-    from nas_stab.probe.cmd import run_probe
+    from nas_stab.probe.cmd import run_probe  # deferred: loads NumPy only when this runs
 
     spec = _load(args, probe=True)
     command = "nas-stab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["probe"] else None
@@ -168,10 +174,8 @@ def cmd_probe(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from nas_stab import metrics
-    from nas_stab.analysis.values import number_or_text
-    from nas_stab.results.leaderboard import build_leaderboard
-    from nas_stab.textfmt import did_you_mean
+    from nas_stab.analysis.values import number_or_text  # deferred: loads pandas, NumPy only when this runs
+    from nas_stab.results.leaderboard import build_leaderboard  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("md", "csv", "tex", "html")]
@@ -207,9 +211,8 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     """`nas-stab leaderboard RUN_DIR` of a run with logging.tracking: its tables into MLflow / W&B, with the
     runs a failure left out. Under the run directory's lock (a driver running there logs at its end);
     best effort, as during the search: a failure is a warning and a line in log.txt, never an error."""
-    from nas_stab.results.reader import read_run
-    from nas_stab.results.rundir import RunDir
-    from nas_stab.results.tracking import backends, open_tracking
+    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
+    from nas_stab.results.tracking import backends, open_tracking  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
     run = read_run(run_dir)
     if not backends(run.spec.logging.tracking):
@@ -232,17 +235,17 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
 
 
 def cmd_status(args) -> int:
-    from nas_stab.results.status import status_text
+    from nas_stab.results.status import status_text  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
     print(status_text(Path(args.run_dir)))
     return 0
 
 
 def cmd_list(args) -> int:
-    from nas_stab.config import schema
-    from nas_stab.data import DATASETS
-    from nas_stab.models import ARCHS
-    from nas_stab.search.optuna_study import PRUNERS, SAMPLERS
+    from nas_stab.config import schema  # deferred: loads PyYAML only when this runs
+    from nas_stab.data import DATASETS  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.models import ARCHS  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.search.optuna_study import PRUNERS, SAMPLERS  # deferred: loads PyYAML only when this runs
 
     def section(title, reg):
         print(f"{title}:")
@@ -255,8 +258,6 @@ def cmd_list(args) -> int:
     section("samplers", SAMPLERS)
     section("pruners", PRUNERS)
     print("knobs (model.*):")
-    import dataclasses
-    import typing
 
     hints = typing.get_type_hints(schema.ModelConfig)
     for f in dataclasses.fields(schema.ModelConfig):
@@ -270,9 +271,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
-    from nas_stab.results.reader import read_run
-    from nas_stab.results.rundir import RunDir
-    from nas_stab.results.tensorboard import rebuild
+    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
     with RunDir.lock(run.path):  # no driver writes it meanwhile
@@ -282,15 +281,11 @@ def cmd_tensorboard(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    import json
-
-    from nas_stab.config.json_schema import json_schema
-    from nas_stab.config.reference import markdown_reference
+    from nas_stab.config.json_schema import json_schema  # deferred: loads PyYAML only when this runs
+    from nas_stab.config.reference import markdown_reference  # deferred: loads PyYAML only when this runs
 
     text = json.dumps(json_schema(), indent=2) + "\n" if args.format == "json" else markdown_reference()
     if args.out:
-        from nas_stab.results.atomic import atomic_write
-
         atomic_write(Path(args.out), text)
         print(f"wrote {args.out}", file=sys.stderr)
     else:

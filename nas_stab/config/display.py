@@ -13,6 +13,7 @@ from typing import Any
 
 from nas_stab.config import schema
 from nas_stab.config.build import public_fields
+from nas_stab.config.load import to_plain
 from nas_stab.config.schema import Spec
 
 TRANSFORMER_ONLY = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch", "ffn_ratio", "enc_layers",
@@ -36,8 +37,6 @@ def _scope(doc: str) -> str | None:
 
 def applicable_plain(spec: Spec) -> dict:
     """`to_plain(spec)` (with the raw `space:`), less the keys that cannot apply and hold their default."""
-    from nas_stab.config.load import to_plain
-
     plain = to_plain(spec)
     plain["space"] = spec.raw.get("space") if spec.raw else None
     if getattr(spec, "seeds_more", ()) and plain.get("seeds") == list(range(len(spec.seeds))):

@@ -8,6 +8,8 @@ import math
 import re
 from typing import Any
 
+from nas_stab.textfmt import did_you_mean
+
 MAX_TAU_EXPONENT = 4  # L^p for |p| <= 4: no overflow at any depth the schema allows
 _L_POW = re.compile(r"^L\^\(?(-?\s*[0-9.]+(?:/[0-9.]+)?)\)?$")
 
@@ -71,7 +73,6 @@ def parse_aggregation(agg: Any) -> Any:
         return float(agg)
     if agg in ("sum", "avg", "stam"):
         return agg
-    from nas_stab.textfmt import did_you_mean
 
     hint = did_you_mean(agg, ("sum", "avg", "stam")) if isinstance(agg, str) else ""
     raise ValueError(f"aggregation must be sum, avg, stam or a number, got {agg!r}{hint}")

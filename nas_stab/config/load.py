@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from nas_stab.config import schema
+from nas_stab.config.advice import advice
 from nas_stab.config.build import Ctx, build, public_fields
 from nas_stab.config.compose import compose
 from nas_stab.config.mode import search_mode
+from nas_stab.config.rules import check_config, check_spec
 from nas_stab.config.yamlio import load_yaml, read_text
-from nas_stab.errors import SpecError, SpecErrors
+from nas_stab.errors import RunError, SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
 from nas_stab.textfmt import did_you_mean
 
@@ -77,7 +79,6 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False
     if space is not None:
         # the cross-field rules too, even where a key above was wrong (it stands at its default there): every
         # problem of the file in one report, each once
-        from nas_stab.config.rules import check_spec
 
         seen = {str(e) for e in errors}
         errors += [e for e in check_spec(dataclasses.replace(spec, space=space, source=ctx.file, raw=data, seeds_more=seeds_more), ctx,
@@ -85,7 +86,6 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data, seeds_more=seeds_more)
-    from nas_stab.config.advice import advice
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))
 
@@ -210,7 +210,6 @@ def resolve(spec: Spec, params: dict[str, Any]) -> Spec:
     ctx = Ctx(spec.source, {}, {})
     out = build(schema.Spec, data, ctx)
     out = dataclasses.replace(out, space=Space(), source=spec.source, raw=data)
-    from nas_stab.config.rules import check_config
 
     check_config(out, ctx)
     return out
@@ -328,7 +327,5 @@ def load_run_spec(run_dir: str | Path) -> Spec:
     """The spec stored in a run directory's spec.yaml."""
     p = Path(run_dir) / "spec.yaml"
     if not p.exists():
-        from nas_stab.errors import RunError
-
         raise RunError(f"{run_dir} is not a run directory: {p} not found")
     return loads_spec(read_text(p), file=str(p), run_file=True)

@@ -8,6 +8,7 @@ that does not work yet fails here with "not supported yet", never silently.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from nas_stab import metrics
 from nas_stab.config import hooks
@@ -277,7 +278,6 @@ def _check_storage(url, ctx: Ctx) -> None:
     a SQLite or journal file's directory exists."""
     if url is None:
         return
-    from pathlib import Path
 
     if url.startswith("journal://"):
         path = Path(url[len("journal://"):]).expanduser()
@@ -285,7 +285,7 @@ def _check_storage(url, ctx: Ctx) -> None:
             raise ctx.error(("search", "storage"), f"the journal file's directory {path.parent} does not exist")
         return
     try:
-        from sqlalchemy.engine import make_url
+        from sqlalchemy.engine import make_url  # deferred: loads SQLAlchemy only when this runs
 
         u = make_url(url)
         u.get_dialect()  # imports the driver: an unknown scheme or a missing driver fails here

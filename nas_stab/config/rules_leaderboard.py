@@ -10,6 +10,7 @@ from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.errors import SpecError
 from nas_stab.metrics import parse_epsilon
+from nas_stab.space import Space
 from nas_stab.textfmt import did_you_mean
 
 
@@ -26,7 +27,7 @@ def check_leaderboard(spec: Spec, ctx: RuleCtx, *, stored: bool = False, axes: b
     `stored`: a run directory's spec.yaml, which opens even if it predates a rule. `axes`: also the
     rules against this spec's space (the searched sizes and lrs), which a table of several runs
     (each may search other sizes, or none) does not follow."""
-    from nas_stab.config.load import check_key
+    from nas_stab.config.load import check_key  # deferred: config.load imports these rules (load, then check)
 
     lb = spec.leaderboard
     for path, key in [(("leaderboard", "lr"), lb.lr), (("leaderboard", "transfer"), lb.transfer)] + [
@@ -107,8 +108,6 @@ def same_value(a, b) -> bool:
 
 def n_values(d) -> float:
     """How many values a searched dimension takes (inf for a continuous one)."""
-    from nas_stab.space import Space
-
     return len(Space.values_of(d)) if d.discrete else math.inf
 
 

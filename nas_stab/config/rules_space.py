@@ -10,15 +10,15 @@ from nas_stab.config.build import Ctx
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.errors import SpecError, SpecErrors
+from nas_stab.space import GridTooLarge
 
 GRID_CHECK_LIMIT = 20_000
 
 
 def check_space_values(spec: Spec, ctx: Ctx) -> None:
-    from nas_stab.config.load import get_key, resolve
+    from nas_stab.config.load import get_key, resolve  # deferred: config.load imports these rules (each point is resolved, then checked)
 
     base = lambda k: get_key(spec, k)  # noqa: E731
-    from nas_stab.space import GridTooLarge
 
     points = None
     if spec.space.discrete and spec.space.dims:
@@ -76,7 +76,7 @@ def check_run_time_values(spec: Spec, ctx: Ctx) -> None:
     """The device exists, the synthetic shape is one the data can take."""
     dev = spec.train.device
     if dev.startswith("cuda"):
-        import torch
+        import torch  # deferred: loads torch only when this runs
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(dev[5:]) if dev.startswith("cuda:") else 0

@@ -8,6 +8,7 @@ Missing or malformed files raise `DataError` naming the file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,8 +98,6 @@ def dataset_paths(spec: Spec):
     relative to the experiment file's directory (the working directory for a spec that
     is not a file, and for `--set task.dataset.root=...`), so a spec finds its data
     wherever it is run from; errors then name the absolute path."""
-    import dataclasses
-
     cfg = spec.task.dataset
     base = spec_dir(spec) or Path.cwd()
     updates: dict[str, Any] = {}  # DatasetConfig fields (dataclasses.replace)

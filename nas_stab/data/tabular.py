@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 import struct
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 import torch
 
 from nas_stab.data import DATASETS, DataInfo, resolve_root
+from nas_stab.data.safeio import read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError
 
@@ -35,7 +37,7 @@ def _make(cfg, name, x, y, classes, source, test=None, note=""):
 
 @DATASETS.register("digits", task="classification", doc="scikit-learn's bundled 8x8 digits (1,797 images)")
 def load_digits(cfg, device):
-    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.datasets import load_digits as sk_digits  # deferred: loads scikit-learn only when this runs
 
     d = sk_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
@@ -67,10 +69,8 @@ def load_mnist1d(cfg, device):
     sheared, scaled and noised into `size` signals of length 40. The generator seeds Python's and numpy's global
     random state; both are restored afterwards so a run's own randomness does not depend on whether the data was
     made. Unlike MNIST it is not saturated: an MLP reaches roughly 70% (the paper's Table 1)."""
-    import random
-
     try:
-        from mnist1d.data import get_dataset_args, make_dataset
+        from mnist1d.data import get_dataset_args, make_dataset  # deferred: loads mnist1d only when this runs
     except ImportError as e:  # a declared dependency: only a broken environment lacks it
         raise DataError(f"mnist1d: the mnist1d package is not importable ({e}); pip install mnist1d") from None
     args = get_dataset_args()
@@ -95,8 +95,6 @@ def _idx_candidates(root: Path, stem: str) -> list[Path]:
 
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped); DataError on truncation or a bad header."""
-    from nas_stab.data.safeio import read_capped
-
     try:
         if path.suffix == ".gz":
             with gzip.open(path, "rb") as f:
@@ -151,7 +149,7 @@ def load_mnist(cfg, device):
     train = _mnist_pair(root, "train", required=False)
     test = _mnist_pair(root, "t10k", required=train is None and not cfg.download)
     if train is None and test is None and cfg.download:
-        import torchvision
+        import torchvision  # deferred: loads torchvision only when this runs
 
         torchvision.datasets.MNIST(str(root), train=True, download=True)
         torchvision.datasets.MNIST(str(root), train=False, download=True)

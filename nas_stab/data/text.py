@@ -30,6 +30,7 @@ import torch
 
 from nas_stab.config.schema import Spec
 from nas_stab.data import DATASETS, DataInfo, cache_dir, resolve_root
+from nas_stab.data.safeio import read_capped
 from nas_stab.errors import DataError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -96,8 +97,6 @@ def read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file (gzipped if it ends in .gz); DataError naming the file."""
     try:
         if path.suffix == ".gz":
-            from nas_stab.data.safeio import read_capped
-
             with gzip.open(path, "rb") as f:
                 text = read_capped(f, str(path)).decode("utf-8")
         else:
@@ -148,7 +147,7 @@ def train_tokenizer(src: list[str], tgt: list[str], vocab_size: int, kind: str =
     `vocab_size` is a soft limit: a small corpus gets the largest vocabulary
     it supports.
     """
-    import sentencepiece as spm
+    import sentencepiece as spm  # deferred: loads SentencePiece only when this runs
 
     h = hashlib.sha256()
     h.update(f"v{TOKENIZER_VERSION}|{kind}|{vocab_size}|".encode())

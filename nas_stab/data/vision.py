@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from nas_stab.data import DATASETS, DataInfo, cache_dir, resolve_root
-from nas_stab.data.safeio import read_capped
+from nas_stab.data.safeio import load_array_pickle, read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError
 
@@ -91,8 +91,6 @@ _CIFAR = {
 
 
 def _read_cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
-    from nas_stab.data.safeio import load_array_pickle
-
     try:
         d = load_array_pickle(path)  # restricted: arrays, lists and numbers only, never code
         data = np.asarray(d[b"data"], dtype=np.uint8)
@@ -117,7 +115,7 @@ def load_cifar(cfg, device, classes: int):
     folder, train_files, test_files, key = _CIFAR[classes]
     d = _find_cifar(root, classes)
     if d is None and cfg.download:
-        import torchvision
+        import torchvision  # deferred: loads torchvision only when this runs
 
         cls = torchvision.datasets.CIFAR10 if classes == 10 else torchvision.datasets.CIFAR100
         cls(str(root), train=True, download=True)
@@ -213,7 +211,7 @@ def _check_bytes(name: str, data: bytes) -> None:
 
 def _decode_all(names: list[str], blobs: list[bytes]) -> torch.Tensor:
     """Decode images to one uint8 tensor [N, C, H, W] (all the same size)."""
-    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+    from torchvision.io import ImageReadMode, decode_image, decode_jpeg  # deferred: loads torchvision only when this runs
 
     tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
     is_jpeg = [b[:2] == b"\xff\xd8" for b in blobs]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
+from nas_stab.models.parametrization import apply
+from nas_stab.models.parametrization import check as check_parametrization
 from nas_stab.registry import Registry
 
 ARCHS = Registry("arch")
@@ -33,8 +35,6 @@ def check_model(spec: Spec) -> tuple[tuple, str] | None:
     check = entry.info.get("check")
     problem = check(spec) if check else None
     if problem is None:
-        from nas_stab.models.parametrization import check as check_parametrization
-
         problem = check_parametrization(spec)
     return problem
 
@@ -45,8 +45,6 @@ def build_model(spec: Spec, info):
     build = ARCHS.get(spec.model.arch)
     model = build(spec, info)
     if spec.model.parametrization in ("mup", "depth_mup"):
-        from nas_stab.models.parametrization import apply
-
         apply(model, spec, info, build)
     return model
 

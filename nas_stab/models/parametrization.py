@@ -63,6 +63,7 @@ from torch import nn
 
 from nas_stab.config.schema import Spec
 from nas_stab.models.base import Tau
+from nas_stab.models.transformer_layers import MultiHeadAttention
 
 __all__ = ["LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
 
@@ -103,7 +104,7 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
     if p == "depth_mup" and "model.depth" in searched and m.base_depth is None:
         return ("model", "base_depth"), "model.depth is searched: depth_mup needs a fixed base depth (model.base_depth)"
     if p == "depth_mup" and m.base_depth is not None and m.base_depth != m.depth:
-        from nas_stab.models import ARCHS
+        from nas_stab.models import ARCHS  # deferred: nas_stab.models imports this module before its registry fills
 
         arch_check = ARCHS.entry(m.arch).info.get("check")
         base = dataclasses.replace(spec, model=dataclasses.replace(m, depth=m.base_depth, parametrization="weight"))
@@ -241,8 +242,6 @@ def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> Non
     """The transformer's forward multipliers: the tied readout reads its input times 1/r (MuSharedReadout), the
     embedding keeps the base model's multiplier sqrt(d0), and every attention scales its logits by sqrt(dh0) / dh
     (TP-V's 1/dh, SP's 1/sqrt(dh) at the base width, where the scale stays None: SDPA's own, bit for bit)."""
-    from nas_stab.models.transformer_layers import MultiHeadAttention
-
     model.readout_mult = 1.0 / r  # type: ignore[assignment]  # Module.__setattr__ takes any value; torch's stub: Tensor | Module
     model.embed_scale = base.embed_scale
     base_modules = dict(base.named_modules())

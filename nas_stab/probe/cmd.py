@@ -54,6 +54,8 @@ from nas_stab.probe.measure import TaskCache, probe_one
 from nas_stab.probe.plots import write_plots
 from nas_stab.probe.seeds import aggregate, slopes
 from nas_stab.probe.table import axes, fmt, probe_markdown, provenance_text, write_csv, write_slopes
+from nas_stab.search.plan import base_lookup
+from nas_stab.space import GridTooLarge, Space
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -66,9 +68,7 @@ INT_MAX_VALUES = 9  # an integer range of more values is probed at 5 spread poin
 
 def probe_points(spec: Spec) -> tuple[list[dict[str, Any]], list[str]]:
     """The configurations to probe, and notes on how continuous dimensions were discretized."""
-    from nas_stab.config.rules_space import GRID_CHECK_LIMIT
-    from nas_stab.search.plan import base_lookup
-    from nas_stab.space import GridTooLarge, Space
+    from nas_stab.config.rules_space import GRID_CHECK_LIMIT  # deferred: loads PyYAML only when this runs
 
     if not spec.space.dims:
         return [{}], []
@@ -113,7 +113,7 @@ def run_probe(spec: Spec, steps: int = 0, out_root: Path | str = Path("runs"), *
               seeds: int | None = None, command: str | None = None) -> int:
     """Probe every configuration of `spec`'s space at each seed; write probe.csv, probe_slopes.csv,
     probe.md, probe_provenance.txt and plots/probe_*.png. `seeds`: the first N seeds of `seeds:` (default all)."""
-    import torch
+    import torch  # deferred: loads torch only when this runs
 
     stream = stream or sys.stdout
     if steps is None:
@@ -125,7 +125,7 @@ def run_probe(spec: Spec, steps: int = 0, out_root: Path | str = Path("runs"), *
         raise SpecError(f"must be an integer from 1 to {len(all_seeds)} (the seeds of the experiment file), got {seeds!r}",
                         key="--seeds")
     use_seeds = all_seeds[:seeds] if seeds else all_seeds
-    from nas_stab.config import resolve
+    from nas_stab.config import resolve  # deferred: loads PyYAML only when this runs
 
     points, notes = probe_points(spec)
     out = Path(out_root).expanduser() / spec.name

@@ -22,8 +22,8 @@ class TaskCache:
         self.task = None
 
     def get(self, spec: Spec, seed, device):
-        from nas_stab.config import to_plain
-        from nas_stab.tasks import load_task
+        from nas_stab.config import to_plain  # deferred: loads PyYAML only when this runs
+        from nas_stab.tasks import load_task  # deferred: loads torch, PyYAML, NumPy only when this runs
 
         t = spec.train
         key = json.dumps([to_plain(spec.task), spec.stability.probe_batch, t.batch_size, t.label_smoothing,
@@ -40,12 +40,12 @@ def _nonfinite_loss(what: str, value: float) -> bool:
 
 def probe_one(spec: Spec, seed: int, steps: int, tasks: TaskCache | None = None) -> dict[str, Any]:
     """Snapshot at init, then K optimizer steps on the probe batch and a second snapshot."""
-    from nas_stab.models import build_model
-    from nas_stab.stability.divergence import explain_nonfinite
-    from nas_stab.stability.probes import Prober
-    from nas_stab.training.loop import pick_device, seed_everything
-    from nas_stab.training.optim import build_optimizer, total_steps
-    from nas_stab.training.step import schedule_lr, train_step
+    from nas_stab.models import build_model  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.stability.divergence import explain_nonfinite  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.stability.probes import Prober  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.training.loop import pick_device, seed_everything  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.training.optim import build_optimizer, total_steps  # deferred: loads torch, PyYAML, NumPy only when this runs
+    from nas_stab.training.step import schedule_lr, train_step  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     t = spec.train
     device = pick_device(t.device)

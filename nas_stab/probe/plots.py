@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nas_stab.metrics import STABILITY_METRICS
-from nas_stab.probe.table import axes, fmt
+from nas_stab.probe.table import axes, fmt, n_layers
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -18,7 +19,7 @@ def write_plots(spec: Spec, rows: list[dict], plots_dir: Path, steps: int) -> li
     ok = [r for r in rows if r["status"] in ("ok", "nonfinite")]
     if not ok:
         return []
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     matplotlib.use("Agg", force=True)
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +98,7 @@ def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, 
     names = [m for m in STABILITY_METRICS if any(isinstance(r.get(prefix + m), (int, float)) for r in rows)]
     if not names:
         return None
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     line_keys = compare + others
     labels = sorted({tuple(r.get(k) for k in line_keys) for r in rows}, key=lambda t: tuple(_sort_key(v) for v in t))
@@ -149,8 +150,6 @@ def _coordinate_check(rows, prefix: str, size_key, compare, others, path: Path, 
 
 def _fill(text: str, width_in: float, fontsize: float) -> str:
     """`text` wrapped to lines that fit `width_in` inches at `fontsize` points (about 0.55 em a character)."""
-    import textwrap
-
     return textwrap.fill(text, max(20, int(width_in * 72 / (fontsize * 0.55))))
 
 
@@ -176,7 +175,7 @@ def _sort_key(v: Any):
 
 
 def _figure(n: int, w: float = 4.4, h: float = 3.4, cols: int = 3):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads matplotlib only when this runs
 
     if n == 1:
         w, h = 5.6, 4.0
@@ -189,7 +188,7 @@ def _figure(n: int, w: float = 4.4, h: float = 3.4, cols: int = 3):
 
 
 def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads matplotlib only when this runs
 
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -199,7 +198,7 @@ def _save(fig, path: Path) -> Path:
 
 def _log_y(ax, values: list[float]) -> None:
     """Log y axis; over less than three decades, label 1-2-5 ticks in plain numbers."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # deferred: loads matplotlib only when this runs
 
     ax.set_yscale("log")
     v = [x for x in values if math.isfinite(x) and x > 0]
@@ -210,7 +209,7 @@ def _log_y(ax, values: list[float]) -> None:
 
 
 def _colors(values: list):
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     cmap = matplotlib.colormaps["viridis"]
     n = max(1, len(values) - 1)
@@ -265,7 +264,7 @@ def _signature(rows: list[dict], value) -> tuple:
 
 
 def _fwd_norm_plot(rows, size_key, compare, others, path: Path) -> Path | None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # deferred: loads matplotlib only when this runs
 
     usable = [r for r in rows if _block_norms(r)]
     if not usable:
@@ -313,13 +312,11 @@ def _per_layer_plot(rows, keys: list[str], prefixes: list[str], steps: int, path
     """The Path-BN paper's Figure 4 form, for models with BatchNorm: per layer i (x), `bn_sigma.<i>` (left)
     and `grad_stream.<i>` (right, log y), one line per configuration (its searched keys' values), the median
     over seeds with their range as a band; one row of panels at init, one after the steps."""
-    from matplotlib.ticker import MaxNLocator
-
-    from nas_stab.probe.table import n_layers
+    from matplotlib.ticker import MaxNLocator  # deferred: loads matplotlib only when this runs
 
     if not n_layers(rows, "bn_sigma"):
         return None
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     cmap = matplotlib.colormaps["tab10"]
     metrics = (("bn_sigma", "BN sigma (batch std of the BN input, mean over channels)"),

@@ -12,8 +12,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import nas_stab
 from nas_stab.csvsafe import escape_cell
 from nas_stab.metrics import PROBE_EXTRA, STABILITY_METRICS
+from nas_stab.results.rundir_meta import git_commit, hardware
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -62,11 +64,9 @@ def write_slopes(path: Path, rows: list[dict], line_keys: list[str]) -> None:
 
 def provenance_text(spec: Spec, seeds: list, steps: int, started, seconds: float, n_rows: int, command: str | None) -> str:
     """probe_provenance.txt: what produced probe.csv (the commit says '+dirty' when the source had local changes)."""
-    import torch
+    import torch  # deferred: loads torch only when this runs
 
-    import nas_stab
-    from nas_stab.config import spec_hash
-    from nas_stab.results.rundir_meta import git_commit, hardware
+    from nas_stab.config import spec_hash  # deferred: loads PyYAML only when this runs
 
     lines = [
         f"spec: {spec.name} (hash {spec_hash(spec)})",
@@ -113,10 +113,7 @@ def _csv(v: Any) -> Any:
 def probe_markdown(spec: Spec, rows: list[dict], keys: list[str], steps: int, seeds: list, notes: list[str], seconds: float,
                    *, slope_rows: Sequence[dict] = (), size_key: str | None = None, line_keys: Sequence[str] = ()) -> str:
     """`rows`: one per configuration (probe_seeds.aggregate: medians over seeds)."""
-    import torch
-
-    import nas_stab
-    from nas_stab.results.rundir_meta import git_commit
+    import torch  # deferred: loads torch only when this runs
 
     shown = ["init_" + m for m in TABLE] + (["final_" + m for m in TABLE] if steps else [])
     shown = [c for c in shown if any(c in r for r in rows)]

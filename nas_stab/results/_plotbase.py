@@ -22,10 +22,10 @@ _CHAR_EM = 0.62  # average glyph width of DejaVu Sans, in em (a little generous)
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads matplotlib only when this runs
 
     return plt
 
@@ -98,7 +98,7 @@ def _suptitle(fig, a: Analysis, first: str, limit: int = _MAX_PANELS, reserve: f
 
 
 def _size_colors(sizes: Sequence):
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     cmap = matplotlib.colormaps["viridis"]
     n = max(1, len(sizes) - 1)

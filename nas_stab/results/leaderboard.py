@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,8 +175,6 @@ def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> No
     Raises:
         SpecError: naming the flag (exit 2, one line).
     """
-    import dataclasses
-
     over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
     if not over:
         return

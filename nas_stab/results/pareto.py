@@ -15,6 +15,7 @@ of its runs.
 """
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -101,8 +102,6 @@ def pareto_markdown(a: Analysis, spec: Spec, *, plot_path: str | None = None) ->
 def pareto_html(a: Analysis, spec: Spec, *, png: bytes | None = None) -> str:
     """The same section for the HTML page: the text, the table (every architecture, sortable like the
     leaderboard; id ``pareto``) and the plot as a data: URL."""
-    import html
-
     e = html.escape
     df = pareto_table(a, spec)
     assert spec.search.transfer is not None, "a Pareto front is a transfer search's"

@@ -216,7 +216,7 @@ def _axis_text(ax, lay: _Layout, row_text: list[str], lr_text: list[str], xlabel
 
 def _hatch_stuck(ax, sgrid: np.ndarray) -> bool:
     """Hatch the cells holding a stuck run; whether there was one."""
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # deferred: loads matplotlib only when this runs
 
     any_stuck = False
     for (r, c), fs in np.ndenumerate(sgrid):
@@ -242,7 +242,7 @@ def _annotate(ax, grid: np.ndarray, sgrid: np.ndarray, cell_h: float) -> None:
 
 def _legend(fig, why_names: list[str], why_colors: list, any_stuck: bool, annotate: bool) -> None:
     """The legend of the diverged_why colours and of the stuck hatch (below the panels when there is a hatch)."""
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # deferred: loads matplotlib only when this runs
 
     label = STUCK_LABEL_NUMBERS if annotate else STUCK_LABEL
     stuck_patch = [Patch(facecolor="white", edgecolor=STUCK_COLOR, hatch=STUCK_HATCH, label=label)] if any_stuck else []
@@ -256,7 +256,7 @@ def _legend(fig, why_names: list[str], why_colors: list, any_stuck: bool, annota
 
 
 def _tab10(i: int):
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     return matplotlib.colormaps["tab10"](i % 10)
 

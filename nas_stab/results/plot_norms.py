@@ -54,7 +54,7 @@ def fwd_norm_figure(a: Analysis, norms: pd.DataFrame):
     labels = [(k, t) for k, t in _labels(a) if k in set(norms["_k"])]
     if not labels:
         return None
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # deferred: loads matplotlib only when this runs
 
     panel_w = 4.2
     fig, axes = _figure(len(labels), panel_w, 3.2, extra_w=1.3 if st.transfer_key else 0.0)

@@ -179,7 +179,7 @@ def optimum_figure(a: Analysis):
     plt = _plt()
     n_leg = len(labels)
     fig, ax = plt.subplots(figsize=(7.0, 4.4 + 0.28 * n_leg), layout="constrained")
-    import matplotlib
+    import matplotlib  # deferred: loads matplotlib only when this runs
 
     cmap = matplotlib.colormaps["tab10"]
     rows = a.rows.set_index("_k")

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
-from nas_stab.csvsafe import unescape_cell
+from nas_stab.csvsafe import unescape_cell, unescape_frame
 from nas_stab.errors import RunError, SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
+    import pandas as pd  # deferred: loads pandas only when this runs
 
     from nas_stab.config import Spec
 
@@ -89,9 +89,7 @@ class Run:
         Raises:
             RunError: naming the file, when it is missing, unreadable, malformed or has no trials.
         """
-        import pandas as pd
-
-        from nas_stab.csvsafe import unescape_frame
+        import pandas as pd  # deferred: loads pandas only when this runs
 
         tpath = self.path / TRIALS_CSV
         if not tpath.is_file():
@@ -127,7 +125,7 @@ def check_trials(trials: pd.DataFrame, spec: Spec, tpath: Path) -> None:
     Raises:
         RunError: the first problem met, ``<file>: line <n>: <column>: ...`` (line 1 is the header).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: loads pandas only when this runs
 
     lb = spec.leaderboard
     need = ["seed", "status", *[k for k in (lb.lr, lb.transfer) if k and spec.space.get(k) is not None]]
@@ -167,7 +165,7 @@ def read_run(run_dir: str | Path) -> Run:
         RunError: not a directory, spec.yaml missing, unreadable or invalid (the message names the
             file, line and key).
     """
-    from nas_stab.config import load_run_spec
+    from nas_stab.config import load_run_spec  # deferred: loads PyYAML only when this runs
 
     d = Path(run_dir)
     if not d.is_dir():
@@ -185,7 +183,7 @@ def read_run(run_dir: str | Path) -> Run:
 
 
 def _load_mapping(spec_path: Path) -> dict:
-    from nas_stab.config.yamlio import load_yaml, read_text
+    from nas_stab.config.yamlio import load_yaml, read_text  # deferred: loads PyYAML only when this runs
 
     try:
         data, _ = load_yaml(read_text(spec_path), file=str(spec_path))
@@ -205,7 +203,7 @@ def stored_spec(run_dir: str | Path) -> dict | None:
     Raises:
         RunError: the file is not YAML, or not a mapping with a ``meta:`` mapping.
     """
-    import yaml
+    import yaml  # deferred: loads PyYAML only when this runs
 
     p = Path(run_dir) / SPEC_YAML
     if not p.exists():
@@ -277,7 +275,7 @@ def history_path(history_dir: str | Path, run_id: Any) -> Path | None:
 
 def history_frame(history_dir: str | Path, run_id: Any, *, nrows: int | None = None) -> pd.DataFrame | None:
     """One run's history file as a DataFrame (its first `nrows` rows); None when absent or unreadable."""
-    import pandas as pd
+    import pandas as pd  # deferred: loads pandas only when this runs
 
     path = history_path(history_dir, run_id)
     if path is None:

@@ -29,11 +29,15 @@ from typing import Any
 import yaml
 
 from nas_stab import metrics
+from nas_stab.config import spec_hash
+from nas_stab.config.display import applicable_plain
+from nas_stab.config.load import with_earlier_defaults
 from nas_stab.csvsafe import csv_cell, unescape_cell
 from nas_stab.errors import RunError
 from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
 from nas_stab.results.rundir_meta import meta_for, spec_changes
+from nas_stab.results.tensorboard import write_rows
 
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
@@ -60,9 +64,6 @@ class RunDir:
         made before one of its defaults changed (config.load.CHANGED_DEFAULTS) and the experiment
         leaves that key unset, `spec` with the earlier default, the run directory's value (its hash
         and run keys then match: it resumes, nothing is trained again)."""
-        from nas_stab.config import spec_hash
-        from nas_stab.config.load import with_earlier_defaults
-
         try:
             path = Path(os.path.expanduser(str(out_root))) / spec.name
             meta = (stored_spec(path) or {}).get("meta") or {} if (path / SPEC_YAML).is_file() else {}
@@ -88,7 +89,6 @@ class RunDir:
             raise RunError(f"cannot use {out_root} as the output directory: {e}") from None
         if path.parent != root:  # the name pattern forbids this; belt and braces
             raise RunError(f"run name {spec.name!r} would escape the output directory {root}")
-        from nas_stab.config import spec_hash
 
         h = spec_hash(spec)
         rd = cls(path)
@@ -132,7 +132,7 @@ class RunDir:
             rd._release()
             raise RunError(f"cannot create {path / 'history'}: {e.strerror or e}") from None
         rd.tensorboard = spec.logging.tensorboard
-        from nas_stab.results.tracking import open_tracking
+        from nas_stab.results.tracking import open_tracking  # deferred: loads pandas, NumPy only when this runs
 
         rd.tracking = open_tracking(spec, path, rd.read_meta(), rd.log)
         rd.repair()
@@ -200,8 +200,6 @@ class RunDir:
 
     @staticmethod
     def spec_plain(spec) -> dict:
-        from nas_stab.config.display import applicable_plain
-
         return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
 
     @classmethod
@@ -310,7 +308,6 @@ class RunDir:
         """TensorBoard logs of runs whose records are on disk; a view, so a failure is logged, never raised."""
         if not self.tensorboard or not new_rows:
             return
-        from nas_stab.results.tensorboard import write_rows
 
         try:
             write_rows(self.path, new_rows, list(searched), task_kind)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from nas_stab import __version__
@@ -29,7 +31,7 @@ def git_commit() -> str:
 
 def hardware() -> str:
     try:
-        import torch
+        import torch  # deferred: loads torch only when this runs
 
         if torch.cuda.is_available():
             return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
@@ -49,9 +51,6 @@ def hardware() -> str:
 def invocation() -> str | None:
     """The `nas-stab run ...` command line that started this process (its overrides included), or None when
     the run was started otherwise (the Python API, a test)."""
-    import shlex
-    import sys
-
     argv = sys.argv
     if len(argv) < 2 or argv[1] != "run" or Path(argv[0]).name not in ("nas-stab", "cli.py", "__main__.py"):
         return None
@@ -62,7 +61,7 @@ def invocation() -> str | None:
 def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
     """The keys whose values differ between a run directory's stored spec and the one now given, as
     ``key: old -> new`` (at most `limit`, then how many more): what the refusal of a changed spec names."""
-    from nas_stab.analysis.values import dotted
+    from nas_stab.analysis.values import dotted  # deferred: loads pandas, NumPy only when this runs
 
     a = dotted({k: v for k, v in stored.items() if k != "meta"})
     b = dotted({k: v for k, v in new.items() if k != "meta"})
@@ -74,9 +73,9 @@ def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
 
 
 def meta_for(spec) -> dict:
-    import torch
+    import torch  # deferred: loads torch only when this runs
 
-    from nas_stab.config import spec_hash
+    from nas_stab.config import spec_hash  # deferred: loads PyYAML only when this runs
 
     command = invocation()
     return {**({"command": command} if command else {}),

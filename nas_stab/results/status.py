@@ -1,7 +1,9 @@
 """`nas-stab status RUN_DIR`: trials by status, best so far, time used and left."""
 from __future__ import annotations
 
+import fcntl
 import math
+import re
 from pathlib import Path
 
 from nas_stab import metrics
@@ -94,8 +96,6 @@ def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
     """How to watch a search live: TensorBoard on the run's logs (when `logging.tensorboard`) and
     optuna-dashboard on its study (the run directory's study.db, or `search.storage` with any password
     masked)."""
-    import re
-
     d = Path(run_dir).resolve()
     out = []
     if getattr(getattr(spec, "logging", None), "tensorboard", False):
@@ -108,7 +108,7 @@ def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
 def _scored_outer_trials(run_dir: Path, spec: Spec) -> int | None:
     """A transfer search's outer trials told a value or failed (its study, `<name>/transfer`); None if unreadable."""
     try:
-        import optuna
+        import optuna  # deferred: loads Optuna only when this runs
 
         db = Path(run_dir).resolve() / "study.db"
         if spec.search.storage is None and not db.is_file():
@@ -145,8 +145,6 @@ def _open_sweeps(run) -> int:
 
 def driver_alive(run_dir: Path) -> bool:
     """Whether a `nas-stab run` driver holds this run directory (its exclusive lock on log.txt)."""
-    import fcntl
-
     p = Path(run_dir) / "log.txt"
     if not p.exists():
         return False

@@ -29,7 +29,7 @@ from typing import Any
 
 from nas_stab import metrics
 from nas_stab.errors import RunError
-from nas_stab.results.reader import HISTORY, TRIALS_CSV, is_run_id, read_history_rows
+from nas_stab.results.reader import HISTORY, TRIALS_CSV, is_run_id, read_history_rows, read_rows
 
 TB_DIR = "tensorboard"
 _SKIP = {"step"}
@@ -70,8 +70,8 @@ def scalar_tag(column: str, task_metrics: set[str]) -> str:
 
 def write_run(root: Path, row: dict, history: list[dict], searched: list[str], task_kind: str) -> Path:
     """Write one run's TensorBoard logs under `root` (replacing any earlier ones of that run)."""
-    from torch.utils.tensorboard import SummaryWriter
-    from torch.utils.tensorboard.summary import hparams
+    from torch.utils.tensorboard import SummaryWriter  # deferred: loads torch only when this runs
+    from torch.utils.tensorboard.summary import hparams  # deferred: loads torch only when this runs
 
     out = root / run_dir_name(row, searched)
     if root.is_symlink() or out.resolve().parent != root.resolve():
@@ -185,8 +185,6 @@ def rebuild(run_path: Path, searched: list[str], task_kind: str) -> tuple[int, P
         RunError: a malformed row, a `tensorboard` that is not a real directory of the run, or a
             directory in it this command cannot write (full disk, read-only: the error names it).
     """
-    from nas_stab.results.reader import read_rows
-
     rows = read_rows(run_path, strict=True)
     root = Path(run_path) / TB_DIR
     if root.is_symlink() or root.exists() and not root.is_dir():

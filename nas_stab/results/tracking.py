@@ -43,6 +43,7 @@ tracking_records.py, the backends in tracking_mlflow.py and tracking_wandb.py.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,6 @@ TRACKERS = ("mlflow", "wandb")
 
 def missing_package(name: str) -> str | None:
     """Why backend `name` cannot work here (its package is not installed), None when it can."""
-    import importlib.util
-
     if importlib.util.find_spec(name) is not None:
         return None
     return (f"{name} is not installed: pip install 'nas_stab[{name}]' (the {name} extra), or set logging.tracking "

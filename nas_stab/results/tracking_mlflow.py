@@ -61,7 +61,7 @@ class MlflowTracker:
     def _open(self):
         """The client and the experiment (created, or restored when deleted), once."""
         if self._client is None:
-            from mlflow.tracking import MlflowClient
+            from mlflow.tracking import MlflowClient  # deferred: loads MLflow only when this runs
 
             with _quiet("mlflow", "alembic"):
                 client = MlflowClient(tracking_uri=self.uri)
@@ -81,7 +81,7 @@ class MlflowTracker:
     def _index(self) -> dict[str, tuple[str, str]]:
         """The runs of this run directory already in MLflow, found by their tag (one query, at first use)."""
         if self._logged is None:
-            from mlflow.entities import ViewType
+            from mlflow.entities import ViewType  # deferred: loads MLflow only when this runs
 
             client = self._open()
             logged: dict[str, tuple[str, str]] = {}
@@ -124,7 +124,7 @@ class MlflowTracker:
 
     def log_run(self, rec: RunRecord) -> None:
         """Log one run; an earlier, different or unfinished MLflow run of it is deleted first."""
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, Param, RunTag  # deferred: loads MLflow only when this runs
 
         client = self._open()
         parent = self._parent_run()
@@ -180,7 +180,7 @@ def _server(uri: str) -> bool:
 def _limit(name: str, default: int) -> int:
     """One of MLflow's size limits, as the installed version says (the default when it does not)."""
     try:
-        from mlflow.utils import validation
+        from mlflow.utils import validation  # deferred: loads MLflow only when this runs
 
         return int(getattr(validation, name, default))
     except Exception:  # noqa: BLE001 - a limit is only a bound to stay under

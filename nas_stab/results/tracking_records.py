@@ -13,6 +13,7 @@ from typing import Any
 from nas_stab import metrics
 from nas_stab.analysis.values import dotted, number_or_text
 from nas_stab.results.reader import HISTORY, SPEC_YAML, read_history_rows
+from nas_stab.results.tensorboard import scalar_tag
 
 __all__ = ["LEADERBOARD_RUN", "TAG", "Experiment", "RunRecord", "backends", "experiment", "leaderboard_artifacts", "record"]
 
@@ -47,8 +48,8 @@ class Experiment:
 
 def experiment(spec, path: Path, meta: Mapping[str, Any] | None) -> Experiment:
     """The tracking view of a run directory: its spec (the stored or the running one) and its meta."""
-    from nas_stab.config import spec_hash
-    from nas_stab.config.display import applicable_plain
+    from nas_stab.config import spec_hash  # deferred: loads PyYAML only when this runs
+    from nas_stab.config.display import applicable_plain  # deferred: loads PyYAML only when this runs
 
     meta = meta or {}
     h = str(meta.get("spec_hash") or spec_hash(spec))
@@ -119,8 +120,6 @@ class RunRecord:
 
     def curves(self) -> dict[int, dict[str, float]]:
         """The history file's finite values by step, named as the TensorBoard scalars."""
-        from nas_stab.results.tensorboard import scalar_tag
-
         task_metrics = set(metrics.TASK_METRICS[self.exp.task_kind])
         out: dict[int, dict[str, float]] = {}
         for h in read_history_rows(self.exp.path / HISTORY, self.run_id):
@@ -137,7 +136,7 @@ class RunRecord:
 def record(exp: Experiment, row: Mapping[str, Any]) -> RunRecord:
     """A run's record from its trials.csv row: the driver's (typed values) or the file's (text) give the
     same cells and fingerprint."""
-    from nas_stab.results.rundir import cell_text
+    from nas_stab.results.rundir import cell_text  # deferred: loads PyYAML only when this runs
 
     cells = {str(k): cell_text(v) for k, v in row.items() if k is not None}
     cells = {k: v for k, v in cells.items() if v != ""}

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import SPEC_YAML, TRIALS_CSV
 from nas_stab.results.tracking_records import LEADERBOARD_RUN, Experiment, RunRecord, leaderboard_artifacts
 
@@ -51,7 +52,7 @@ class WandbTracker:
 
     def _init(self, **kw):
         """wandb.init with the run directory's settings: offline unless the user set WANDB_MODE."""
-        import wandb
+        import wandb  # deferred: loads W&B only when this runs
 
         self.dir.mkdir(parents=True, exist_ok=True)
         self._used = True
@@ -116,8 +117,6 @@ class WandbTracker:
 
     def _remember(self, name: str, fingerprint: str) -> None:
         """Record in the ledger what W&B now holds (a run id, or the leaderboard's files)."""
-        from nas_stab.results.atomic import atomic_write
-
         ledger = self._read_ledger()
         ledger[name] = fingerprint
         atomic_write(self._ledger_path(), json.dumps(ledger, indent=0, sort_keys=True) + "\n")
@@ -126,7 +125,7 @@ class WandbTracker:
         """Stop the W&B service this process started, unless a run of the user's own is active."""
         if not self._used:
             return
-        import wandb
+        import wandb  # deferred: loads W&B only when this runs
 
         if wandb.run is None:
             wandb.teardown()

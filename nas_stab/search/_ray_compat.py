@@ -32,6 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import ray
+import ray._private.ray_constants as constants
+import ray._private.worker as worker
+from ray._private import services
 
 TESTED = ("2.60", "2.61")  # Ray versions >= the first and < the second (pyproject.toml: ray>=2.60,<2.61)
 VERIFIED_ON = "2.60.0"  # the Ray every workaround below was verified on
@@ -84,7 +87,7 @@ def local_tuner(trainable, *, tune_config, run_config):
     remote under Ray Client and what it builds in a normal driver; build that here with the remote
     switch off. If Ray no longer moves the loop under Ray Client, use `tune.Tuner` and drop this.
     """
-    from ray.tune.impl.tuner_internal import TunerInternal
+    from ray.tune.impl.tuner_internal import TunerInternal  # deferred: loads Ray only when this runs
 
     return TunerInternal(trainable=trainable, tune_config=tune_config, run_config=run_config,
                          _tuner_kwargs={"_remote": False})
@@ -107,8 +110,7 @@ def driver_staging_here(path: Path) -> Iterator[None]:
     `experiment_driver_staging_path` reads now and point that at `path`; if Ray Client runs get a
     staging directory of their own, drop this.
     """
-    import ray._private.worker as worker
-    import ray.train._internal.storage as storage
+    import ray.train._internal.storage as storage  # deferred: loads Ray only when this runs
 
     if worker._global_node is not None or not hasattr(storage, "_get_ray_train_session_dir"):
         yield
@@ -142,8 +144,6 @@ def node_ip_is_loopback() -> Iterator[None]:
     When it breaks (test_node_ip_is_loopback_keeps_loopback fails): find what
     `resolve_ip_for_localhost` asks now; a public ``ray.init`` option to bind loopback replaces this.
     """
-    import ray._private.ray_constants as constants
-
     old = constants.ENABLE_RAY_CLUSTER
     constants.ENABLE_RAY_CLUSTER = False
     try:
@@ -179,7 +179,6 @@ def cluster_address(address: str) -> str:
     """
     if address != "auto":
         return address
-    from ray._private import services
 
     try:
         return services.get_ray_address_from_environment("auto", None) or address
@@ -200,7 +199,7 @@ def keep_loopback_addresses() -> None:
     When it breaks (test_keep_loopback_addresses fails): find the function `ray start` uses to
     rewrite the addresses now and replace that.
     """
-    import ray._private.services as services
+    import ray._private.services as services  # deferred: loads Ray only when this runs
 
     services.resolve_ip_for_localhost = lambda host: host
 

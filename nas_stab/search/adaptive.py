@@ -18,15 +18,20 @@ seeds, `run_id` t<trial>-s<seed>).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 
 import pandas as pd
 
+from nas_stab.analysis import more_seeds
 from nas_stab.analysis.settings import settings as analysis_settings
 from nas_stab.analysis.table import analyze
+from nas_stab.analysis.values import fmt_value
+from nas_stab.config import config_key
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
+from nas_stab.search import plan
 from nas_stab.search.bracket import BracketSource
 from nas_stab.search.plan import Job
 
@@ -39,8 +44,6 @@ class AdaptiveSeeds:
     total = None  # not known in advance
 
     def __init__(self, spec: Spec, limit: int | None = None, *, log: Callable[[str], None] | None = None):
-        from nas_stab.search import plan
-
         self.spec, self.limit, self.log = spec, limit, log
         self.more = tuple(spec.seeds_more)
         self.n_max = len(spec.seeds) + len(self.more)
@@ -118,12 +121,10 @@ class AdaptiveSeeds:
         return self.spec.leaderboard.metric or self.spec.search.objective
 
     def _plan(self, known: dict) -> list[Job]:
-        from nas_stab.analysis.more_seeds import plan
-
         if not known:
             return []
         a = _analysis(self.spec, list(known.values()))
-        p = plan(a, self.n_max)
+        p = more_seeds.plan(a, self.n_max)
         self.notes = p.notes
         seeds = tuple(self.spec.seeds) + self.more
         jobs: list[Job] = []
@@ -144,8 +145,6 @@ class AdaptiveSeeds:
 
     def _reseed(self, base: Job, seed: int) -> Job:
         """`base`'s configuration with `seed` (the same Optuna-trial number and values)."""
-        from nas_stab.config import config_key
-
         if seed == base.seed:
             return base
         key = config_key(base.resolved, seed) if base.resolved is not None else f"{base.key}-s{seed}"
@@ -177,10 +176,6 @@ def todo_from_table(spec: Spec, records: Sequence[dict]) -> list[Job] | None:
     search's (the stored spec reads 1.0 back as 1, trials.csv keeps lrs to 6 digits), so every record is matched
     to the job of the same values and seed (an lr within 1e-4 octave), stage by stage, as the leaderboard matches
     a bracket's records (`results.bracket_ends._replayed_ends`)."""
-    import math
-
-    from nas_stab.analysis.values import fmt_value
-
     lr_key = spec.leaderboard.lr
     src = AdaptiveSeeds(spec)
     recs = [{**r, "key": f"unmatched-{i}"} for i, r in enumerate(records)]

@@ -54,10 +54,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from nas_stab.analysis.settings import dataset_classes
 from nas_stab.analysis.table import analyze
+from nas_stab.config import config_key
 from nas_stab.config.schema import Spec
-from nas_stab.search.plan import Job
+from nas_stab.search.plan import Job, base_lookup, try_resolve
 from nas_stab.search.sources import JOB_SOURCES
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
@@ -142,8 +145,6 @@ class BracketSource:
 
     def __init__(self, spec: Spec, limit: int | None = None, *, sweeps: Sequence[tuple[dict, Sequence[float]]] | None = None,
                  trial_base: int = 0, sweep_points: int = MAX_POINTS, outer: int | None = None):
-        from nas_stab.search.plan import base_lookup
-
         b = spec.search.bracket
         self.spec = spec
         self.lr_key = spec.leaderboard.lr
@@ -249,9 +250,6 @@ class BracketSource:
         trains only where the table asks for them (`search/adaptive.py`) and counts where they are recorded."""
         got = self._jobs.get((i, lr))
         if got is None:
-            from nas_stab.config import config_key
-            from nas_stab.search.plan import try_resolve
-
             rest, _ = self.sweeps[i]
             params = {**rest, self.lr_key: lr}
             r = try_resolve(self.spec, params)
@@ -342,8 +340,6 @@ class BracketSource:
         """The leaderboard's view of one sweep's runs [(lr, seed, record)]: per log2 lr its cell
         ({mean, all_diverged}), the best log2 lr, whether it trains, and its censoring
         ("<=", ">=", "=" or "")."""
-        import pandas as pd
-
         df = pd.DataFrame({
             "lr": [lr for lr, _, _ in rows],
             "seed": [s for _, s, _ in rows],

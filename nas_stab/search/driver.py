@@ -41,10 +41,13 @@ import traceback
 
 from nas_stab import gcsetup
 from nas_stab.search import plan, trial_states
+from nas_stab.search.adaptive import AdaptiveSeeds
 from nas_stab.search.plan import Job
+from nas_stab.search.progress import Progress
 from nas_stab.search.protocols import Executor, JobSource
 from nas_stab.search.records import Records
 from nas_stab.search.sources import JOB_SOURCES
+from nas_stab.search.transfer import TransferSource
 from nas_stab.search.trial_states import INTERRUPTED
 
 
@@ -116,8 +119,6 @@ class Driver:
             raise
 
     def _start(self, spec, rd, rows, trials, source, progress_stream, live) -> None:
-        from nas_stab.search.progress import Progress
-
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
         self._over_budget_told = False  # log.txt names the first run whose measurements took over twice the budget
@@ -127,12 +128,8 @@ class Driver:
         self._no_more = False  # the job source said nothing more will come
         self._waiting = False  # the source said "nothing now": not asked again until a trial finishes
         if source is None and spec.search.transfer is not None:
-            from nas_stab.search.transfer import TransferSource
-
             source = TransferSource(spec, trials, storage=spec.search.storage or rd.storage_url, log=rd.log)
         elif source is None and getattr(spec, "seeds_more", ()):
-            from nas_stab.search.adaptive import AdaptiveSeeds
-
             source = AdaptiveSeeds(spec, trials, log=rd.log)
         elif source is None and spec.search.sampler in JOB_SOURCES:
             source = JOB_SOURCES.get(spec.search.sampler)(spec, trials)

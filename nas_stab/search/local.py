@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from nas_stab.config.schema import Spec
 from nas_stab.search import plan
 from nas_stab.search.driver import Driver, Run
+from nas_stab.search.local_pool import WorkerPool, worker_threads
 from nas_stab.search.protocols import Executor, JobSource
 
 if TYPE_CHECKING:  # types only: training.loop imports torch
@@ -27,7 +28,7 @@ def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None
 
     `source` (a `protocols.JobSource`) replaces the grid or the sampler as where jobs come from.
     """
-    from nas_stab.data import reuse_loaded
+    from nas_stab.data import reuse_loaded  # deferred: loads torch only when this runs
 
     with reuse_loaded():  # the data is loaded once for the whole search, not once per run
         driver = Driver(spec, rd, trials=trials, source=source, progress_stream=progress_stream)
@@ -35,9 +36,7 @@ def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None
             if spec.runner.concurrency > 1:
                 _pooled(spec, driver)
             else:
-                import torch
-
-                from nas_stab.search.local_pool import worker_threads
+                import torch  # deferred: loads torch only when this runs
 
                 torch.set_num_threads(worker_threads(spec, 1))  # the one "worker" is this process
                 driver.drive(InProcess(spec, driver.prune))
@@ -74,8 +73,6 @@ class InProcess(Executor):
 
 
 def _pooled(spec: Spec, driver) -> None:
-    from nas_stab.search.local_pool import WorkerPool
-
     n = min(spec.runner.concurrency, driver.startable())
     if n <= 0:
         return

@@ -30,6 +30,7 @@ interrupted and kills the workers.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -149,7 +150,7 @@ class WorkerPool:
             except (OSError, EOFError):
                 pass  # dead again: the next wait sees it
             return None
-        from nas_stab.training.loop import RunResult
+        from nas_stab.training.loop import RunResult  # deferred: loads torch, PyYAML, NumPy only when this runs
 
         return tag, RunResult("failed", error=f"worker process died (exit code {code}); gave up after {failures} "
                                                f"failure(s), runner.max_failures={limit}"), ""
@@ -224,8 +225,6 @@ def _die_with_parent() -> None:
     parent = os.getppid()
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -237,9 +236,9 @@ def _die_with_parent() -> None:
 def _worker_main(conn, spec: Spec, threads: int, fault: str = "") -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import torch
+    import torch  # deferred: loads torch only when this runs
 
-    from nas_stab.data import reuse_loaded
+    from nas_stab.data import reuse_loaded  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     torch.set_num_threads(threads)
     objective = spec.search.objective
@@ -257,7 +256,7 @@ def _worker_main(conn, spec: Spec, threads: int, fault: str = "") -> None:
                 reporter = _fault_hook(plan.make_reporter(trial, objective, offset=offset, prune=prune), fault)
                 result, tb = plan.run_job(spec, params, seed, reporter, resolved=resolved)
             except Exception as e:  # run_job catches a run's errors; this is anything around it
-                from nas_stab.training.loop import RunResult
+                from nas_stab.training.loop import RunResult  # deferred: loads torch, PyYAML, NumPy only when this runs
 
                 result, tb = RunResult("failed", error=f"{type(e).__name__}: {e}"), traceback.format_exc()
             try:

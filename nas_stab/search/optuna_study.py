@@ -7,6 +7,7 @@ Optuna study still records every trial with its parameters and states.
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any
 
 from nas_stab import metrics
@@ -33,7 +34,7 @@ for _name, _cls, _doc in [
                   doc="within a learning-rate sweep only: prune when >= 3 other lrs of the same configuration are better "
                       "by a margin, never the best lr or its neighbours (options: min_better, margin, n_warmup_steps, lr_key)")
 def _sweep_pruner():
-    from nas_stab.search.sweep_pruner import SweepPruner
+    from nas_stab.search.sweep_pruner import SweepPruner  # deferred: loads Optuna, NumPy only when this runs
 
     return SweepPruner
 
@@ -78,7 +79,7 @@ def _check_spec_pruner(spec: Spec) -> tuple[tuple, str] | None:
 
 
 def _pruner_class(name: str):
-    import optuna
+    import optuna  # deferred: loads Optuna only when this runs
 
     obj = PRUNERS.get(name)
     return getattr(optuna.pruners, obj) if isinstance(obj, str) else obj()
@@ -110,9 +111,7 @@ def default_population(trials: int | None) -> int:
 
 def make_sampler(name: str, seed: int, *, population_size: int | None = None):
     """The Optuna sampler `name` seeded with `seed`; `population_size`: nsga2's (None: Optuna's default)."""
-    import warnings
-
-    import optuna
+    import optuna  # deferred: loads Optuna only when this runs
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     cls = getattr(optuna.samplers, SAMPLERS.get(name))
@@ -134,7 +133,7 @@ def objective_direction(spec: Spec) -> metrics.Direction:
 
 def create_study(spec: Spec, storage: str, study_name: str | None = None, *, load_if_exists: bool = True):
     """The experiment's study: its sampler, pruner and storage."""
-    import optuna
+    import optuna  # deferred: loads Optuna only when this runs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -169,10 +168,10 @@ def resume_seed(study, name: str, seed: int) -> None:
 
 def make_storage(url: str) -> Any:
     """An Optuna storage from a URL; `journal:///path` selects the journal file backend."""
-    import optuna
+    import optuna  # deferred: loads Optuna only when this runs
 
     if url.startswith("journal://"):
-        from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal import JournalFileBackend  # deferred: loads Optuna only when this runs
 
         return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal://"):]))
     if url.startswith("sqlite"):
@@ -196,7 +195,7 @@ def _fast_sqlite(engine) -> None:
     """
     if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
         return
-    from sqlalchemy import event
+    from sqlalchemy import event  # deferred: loads SQLAlchemy only when this runs
 
     def on_connect(dbapi_conn, _record) -> None:
         cur = dbapi_conn.cursor()

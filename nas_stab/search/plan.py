@@ -39,7 +39,7 @@ class Job:
 
 
 def base_lookup(spec: Spec):
-    from nas_stab.config import get_key
+    from nas_stab.config import get_key  # deferred: loads PyYAML only when this runs
 
     return lambda k: get_key(spec, k)
 
@@ -50,7 +50,7 @@ def grid_jobs(spec: Spec, *, resolved: dict | None = None) -> list[Job]:
     With a dict `resolved`, also fills it with {job key: resolved spec}, so the
     runner does not resolve each configuration a second time.
     """
-    from nas_stab.config import config_key, resolve
+    from nas_stab.config import config_key, resolve  # deferred: loads PyYAML only when this runs
 
     points = spec.space.grid(base_lookup(spec)) if spec.space.dims else [{}]
     jobs = []
@@ -65,7 +65,7 @@ def grid_jobs(spec: Spec, *, resolved: dict | None = None) -> list[Job]:
 
 def try_resolve(spec: Spec, params: dict):
     """The resolved spec, or None when the configuration is invalid (`run_job` then records why)."""
-    from nas_stab.config import resolve
+    from nas_stab.config import resolve  # deferred: loads PyYAML only when this runs
 
     try:
         return resolve(spec, params)
@@ -74,7 +74,7 @@ def try_resolve(spec: Spec, params: dict):
 
 
 def sampled_job(spec: Spec, trial_number: int, params: dict, seed: int, *, resolved=None) -> Job:
-    from nas_stab.config import config_key
+    from nas_stab.config import config_key  # deferred: loads PyYAML only when this runs
 
     r = resolved if resolved is not None else try_resolve(spec, params)
     key = config_key(r, seed) if r is not None else "invalid"
@@ -93,7 +93,7 @@ def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True)
     `prune=False` (pruner `none`) skips `should_prune()`: Optuna's NopPruner
     never prunes, but asking still costs a storage read per evaluation.
     """
-    from nas_stab.training.loop import Pruned
+    from nas_stab.training.loop import Pruned  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     def report(step: int, values: dict) -> None:
         v = values.get(objective)
@@ -108,8 +108,8 @@ def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True)
 
 def run_job(spec: Spec, params: dict, seed: int, reporter=None, checkpoint=None, *, resolved=None):
     """Resolve (unless `resolved` is given) and train one job; an exception becomes a `failed` result."""
-    from nas_stab.config import resolve
-    from nas_stab.training.loop import RunResult, train_run
+    from nas_stab.config import resolve  # deferred: loads PyYAML only when this runs
+    from nas_stab.training.loop import RunResult, train_run  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     t0 = time.perf_counter()
     try:
@@ -127,7 +127,7 @@ def run_job(spec: Spec, params: dict, seed: int, reporter=None, checkpoint=None,
 
 def make_row(spec: Spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
     """One trials.csv row (docs/metrics.md)."""
-    from nas_stab.config import get_key
+    from nas_stab.config import get_key  # deferred: loads PyYAML only when this runs
 
     row: dict[str, Any] = {
         "trial": job.trial,

@@ -69,8 +69,8 @@ class Progress:
             live = bool(getattr(self.stream, "isatty", lambda: False)())
         self._live = None
         if live:
-            from rich.console import Console
-            from rich.live import Live
+            from rich.console import Console  # deferred: loads rich only when this runs
+            from rich.live import Live  # deferred: loads rich only when this runs
 
             self._console = Console(file=self.stream)
             self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=True)
@@ -148,9 +148,9 @@ class Progress:
                 f"failed {c['failed']} | {best} | {duration(elapsed, clock=True)} elapsed{left}")
 
     def _render(self):
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
+        from rich.console import Group  # deferred: loads rich only when this runs
+        from rich.table import Table  # deferred: loads rich only when this runs
+        from rich.text import Text  # deferred: loads rich only when this runs
 
         table = Table(box=None, show_header=bool(self.running), pad_edge=False)
         table.add_column("training now", overflow="ellipsis", no_wrap=True)

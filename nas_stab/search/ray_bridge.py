@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
 from ray.tune.search import Searcher
 
 from nas_stab.config.schema import Spec
@@ -165,7 +166,7 @@ class OptunaBridge:
 
     def _synthesize(self, live: Live, error: bool):  # error: the only other case
         """The record of a run that ended without sending its RunResult."""
-        from nas_stab.training.loop import RunResult
+        from nas_stab.training.loop import RunResult  # deferred: loads torch only when this runs
 
         last = live.last
         metrics = dict(last.get("metrics") or {})
@@ -229,8 +230,6 @@ class OptunaBridge:
         return "CONTINUE"
 
     def _tell_board(self, trial_id: str) -> None:
-        import ray
-
         try:
             ray.get(self.board.tell_stop.remote(trial_id), timeout=60)
         except Exception as e:  # the STOP fallback in on_result still applies

@@ -31,7 +31,7 @@ def check_reachable(address: str, timeout: float = 60.0) -> None:
     and only the TCP connection is checked.
     """
     if address == "auto":  # the cluster RAY_ADDRESS or the last `ray start` names, when there is one
-        from nas_stab.search._ray_compat import cluster_address
+        from nas_stab.search._ray_compat import cluster_address  # deferred: loads Ray, PyYAML only when this runs
 
         address = cluster_address(address)
     hostport = address[len("ray://"):] if is_client_address(address) else address
@@ -95,7 +95,7 @@ def check_client_storage(runner) -> None:
 def check_fits(res: dict, *, started_here: bool, log: Callable) -> None:
     """A trial that fits on no node would wait forever: refuse on a local Ray, warn on a cluster
     (an autoscaling cluster may still add such nodes)."""
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     if any(n.get("CPU", 0) >= res["cpu"] and n.get("GPU", 0) >= res["gpu"] for n in nodes):
@@ -143,9 +143,9 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     Yields a `LocalRay`: call its `record_pids` once the Ray has all its processes.
     """
     ray_loopback.no_grpc_fork_handlers()  # before Ray starts gRPC here or in a local Ray it starts
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat
+    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs
 
     untested = _ray_compat.untested_version()
     if untested:
@@ -222,7 +222,7 @@ def connect_client(addr: str, connect: Callable, log: Callable = print, sleep: C
     later, "Proxy failed to Connect to backend"), and the next connection gets a new process. Anything
     else (nothing listening, authentication) fails at once.
     """
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
     for attempt in range(1, CLIENT_ATTEMPTS + 1):
         try:

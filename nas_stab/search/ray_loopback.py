@@ -58,9 +58,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwarg
     passed to `ray.init` as is.
     """
     no_grpc_fork_handlers()
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat
+    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs (this module must stay light: gRPC setup)
 
     kwargs.setdefault("log_to_driver", False)
     if address is not None and address.startswith("ray://"):
@@ -90,7 +90,7 @@ def _option(args: list[str], name: str) -> str | None:
 def main() -> int:
     """`ray` CLI with loopback addresses left alone (see runners/local_cluster.sh)."""
     no_grpc_fork_handlers()
-    from nas_stab.search import _ray_compat
+    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs (this module must stay light: gRPC setup)
 
     _ray_compat.keep_loopback_addresses()
     args = sys.argv[1:]
@@ -98,7 +98,7 @@ def main() -> int:
         # A head's Ray Client server (--ray-client-server-port) starts one driver process per client;
         # that process joins the head with the same rewrite, which the patch above cannot reach.
         _ray_compat.node_ip_is_loopback_in_children()
-    from ray.scripts.scripts import main as ray_main
+    from ray.scripts.scripts import main as ray_main  # deferred: loads Ray only when this runs
 
     sys.argv[0] = "ray"
     return ray_main()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -70,7 +71,7 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
     with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as local_ray:
         from ray.util.client import ray as ray_client  # Ray's imports: only when a Ray run starts
 
-        from nas_stab.search.ray_bridge import OptunaBridge
+        from nas_stab.search.ray_bridge import OptunaBridge  # deferred: loads Ray, rich only when this runs
 
         r = spec.runner
         res = trial_resources(r)
@@ -92,8 +93,8 @@ def _run_tune(spec, rd, driver, run_fn) -> None:
 
 def _board():
     """The trials' shared `ray_trial.Board` actor, on this node (soft affinity)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    import ray  # deferred: loads Ray only when this runs
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # deferred: loads Ray only when this runs
 
     return (
         ray.remote(num_cpus=0)(Board)
@@ -116,10 +117,10 @@ def _experiment(spec, rd) -> tuple[str, str]:
 
 def _tuner(spec, bridge, board, res: dict, run_fn, name: str, storage_path: str, client: bool):
     """The Tune experiment: `ray_trial.trial_main` per trial, the bridge as searcher and scheduler."""
-    from ray import tune
+    from ray import tune  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat
-    from nas_stab.search.ray_bridge import START_RETRIES
+    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs
+    from nas_stab.search.ray_bridge import START_RETRIES  # deferred: loads Ray, rich only when this runs
 
     r = spec.runner
     fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
@@ -149,9 +150,9 @@ def _tuner(spec, bridge, board, res: dict, run_fn, name: str, storage_path: str,
 def _fit(tuner, bridge, board, driver, rd, client: bool) -> bool:
     """Run the experiment; True if it ended cleanly (every trial finished, none left to give). The trials
     left unfinished are closed as interrupted, and the board is killed, however it ends."""
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat
+    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs
 
     clean = False
     try:
@@ -179,8 +180,6 @@ def _remove_experiment(storage_path: str, name: str) -> None:
 @contextlib.contextmanager
 def _quiet_tune():
     """No per-trial result.json/progress.csv/TensorBoard files: the driver writes the records."""
-    import logging
-
     keys = {
         "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
         "RAY_AIR_NEW_OUTPUT": "0",

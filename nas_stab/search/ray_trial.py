@@ -35,6 +35,8 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nas_stab.search import plan
+
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
 
@@ -79,7 +81,7 @@ def encode_result(result, tb: str = "", resumed_from: int | None = None) -> str:
 
 def decode_result(text: str):
     """(RunResult, traceback text, resumed_from step or None) from `encode_result`."""
-    from nas_stab.training.loop import RunResult
+    from nas_stab.training.loop import RunResult  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     d = json.loads(text)
     r = RunResult(
@@ -118,8 +120,8 @@ class TuneCheckpointer:
         return state
 
     def save(self, state: dict) -> None:
-        import torch
-        from ray import tune
+        import torch  # deferred: loads torch only when this runs
+        from ray import tune  # deferred: loads Ray only when this runs
 
         with tempfile.TemporaryDirectory(prefix="nas-ckpt-") as d:
             torch.save({"index": self.index, "done": list(self.done), "run": state}, os.path.join(d, CKPT_FILE))
@@ -128,12 +130,12 @@ class TuneCheckpointer:
 
 def load_tune_checkpoint() -> dict | None:
     """The state saved by `TuneCheckpointer` if Tune restored this trial from a checkpoint."""
-    from ray import tune
+    from ray import tune  # deferred: loads Ray only when this runs
 
     ckpt = tune.get_checkpoint()
     if ckpt is None:
         return None
-    import torch
+    import torch  # deferred: loads torch only when this runs
 
     with ckpt.as_directory() as d:
         p = os.path.join(d, CKPT_FILE)
@@ -156,10 +158,8 @@ def trial_main(config: dict, *, spec: Spec, board=None, cwd: str | None = None, 
     intermediate values), ``threads`` and ``checkpoint_every``. `run_fn` is
     `plan.run_job` unless a test injects a toy run function.
     """
-    import torch
-    from ray import tune
-
-    from nas_stab.search import plan
+    import torch  # deferred: loads torch only when this runs
+    from ray import tune  # deferred: loads Ray only when this runs
 
     nas = config["nas"]
     if cwd and os.path.isdir(cwd):
@@ -205,7 +205,7 @@ def reuse_data(experiment: str) -> None:
     same process starts a new block, so it reads the files again.
     """
     global _DATA_SCOPE
-    from nas_stab.data import reuse_loaded
+    from nas_stab.data import reuse_loaded  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     if _DATA_SCOPE is not None and _DATA_SCOPE[0] == experiment:
         return
@@ -218,7 +218,7 @@ def reuse_data(experiment: str) -> None:
 
 
 def _node_id() -> str:
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
     try:
         return ray.get_runtime_context().get_node_id()
@@ -228,9 +228,9 @@ def _node_id() -> str:
 
 def _reporter(objective: str, offset: int, board, trial_id: str):
     """train_run's reporter: send the evaluation to the driver, then obey its decision."""
-    from ray import tune
+    from ray import tune  # deferred: loads Ray only when this runs
 
-    from nas_stab.training.loop import Pruned
+    from nas_stab.training.loop import Pruned  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     def report(step: int, values: dict) -> None:
         msg: dict[str, Any] = {KIND: "eval", "nas_step": offset + int(step)}
@@ -249,7 +249,7 @@ def _reporter(objective: str, offset: int, board, trial_id: str):
 
 
 def _told_to_stop(board, trial_id: str) -> bool:
-    import ray
+    import ray  # deferred: loads Ray only when this runs
 
     try:
         return bool(ray.get(board.should_stop.remote(trial_id), timeout=60))

@@ -42,15 +42,18 @@ of the records, so resume is the same as the grid's. Point indexes are then `siz
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from nas_stab.config import config_key
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
-from nas_stab.search.plan import Job
+from nas_stab.search.optuna_study import NSGA2_DEFAULT_POPULATION, default_population, make_sampler, make_storage, resume_seed
+from nas_stab.search.plan import Job, base_lookup, try_resolve
 
 if TYPE_CHECKING:
-    import optuna
+    import optuna  # deferred: loads Optuna only when this runs
 
 MAX_POINTS = 1000  # inner grid points (sizes x lrs) at most
 
@@ -96,12 +99,9 @@ def study_name(spec: Spec) -> str:
 
 def open_outer_study(spec: Spec, storage_url: str):
     """The outer study (created on first use): the sampler of `search.sampler`, one direction per objective."""
-    import warnings
+    import optuna  # deferred: loads Optuna only when this runs
 
-    import optuna
-
-    from nas_stab.search.optuna_study import make_sampler, make_storage
-    from nas_stab.search.transfer_objectives import directions
+    from nas_stab.search.transfer_objectives import directions  # deferred: loads pandas, NumPy only when this runs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -122,8 +122,6 @@ def outer_population(spec: Spec, study) -> int:
     it. A new study records it (the default rule `optuna_study.default_population` of
     `search.trials`, never of `--trials`); a study made before the key existed (trials, no
     record) keeps Optuna's default 50, which it was made with."""
-    from nas_stab.search.optuna_study import NSGA2_DEFAULT_POPULATION, default_population
-
     stored = study.user_attrs.get(POPULATION_ATTR)
     if spec.search.population_size is not None:
         size = int(spec.search.population_size)
@@ -146,9 +144,7 @@ class TransferSource:
     """
 
     def __init__(self, spec: Spec, limit: int | None = None, *, storage: str, log=None):
-        from optuna.trial import TrialState
-
-        from nas_stab.search.plan import base_lookup
+        from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
         self.spec, self.log = spec, log or (lambda msg: None)
         lb = spec.leaderboard
@@ -190,7 +186,7 @@ class TransferSource:
         (one per size) at `bracket.points_range`'s expected count; None with an inner grid (`total` is known)."""
         if not self.bracket:
             return None
-        from nas_stab.search.bracket import points_range
+        from nas_stab.search.bracket import points_range  # deferred: loads pandas, NumPy only when this runs
 
         b = self.spec.search.bracket
         per = sum(points_range(start, float(b.step_octaves), float(b.resolution_octaves), tuple(b.lr_limits))[1]
@@ -231,9 +227,6 @@ class TransferSource:
         """The inner runs of outer trial n, point by point (sizes, then learning rates), each with every seed."""
         got = self._jobs.get(n)
         if got is None:
-            from nas_stab.config import config_key
-            from nas_stab.search.plan import try_resolve
-
             arch = self.active[n]
             got = []
             for i, pt in enumerate(self.points):
@@ -251,7 +244,7 @@ class TransferSource:
         """inner: bracket: the BracketSource of outer trial n (its sweeps: one per size)."""
         src = self._brackets.get(n)
         if src is None:
-            from nas_stab.search.bracket import BracketSource
+            from nas_stab.search.bracket import BracketSource  # deferred: loads pandas, NumPy only when this runs
 
             src = self._brackets[n] = BracketSource(self.spec, sweeps=inner_sweeps(self.spec, self.active[n]),
                                                     trial_base=n * MAX_POINTS,
@@ -283,8 +276,6 @@ class TransferSource:
         return lambda k: params[k] if k in params else self._base(k)
 
     def _ask(self) -> int:
-        from nas_stab.search.optuna_study import resume_seed
-
         # reseeded before every ask (not only on resume): a resumed search then asks what an
         # uninterrupted one asks (the samplers keep no other state than the study)
         resume_seed(self.study, self.spec.search.sampler, self.spec.search.seed)
@@ -301,7 +292,7 @@ class TransferSource:
 
     def _finish(self, n: int, rows: list[dict]) -> None:
         """Every inner run of outer trial n is recorded: tell the study its objectives."""
-        from nas_stab.search.transfer_objectives import evaluate
+        from nas_stab.search.transfer_objectives import evaluate  # deferred: loads pandas, NumPy only when this runs
 
         try:
             values, attrs, why = evaluate(self.spec, rows)
@@ -321,15 +312,13 @@ class TransferSource:
         return " ".join(f"{d.key.split('.')[-1]}={rows[0].get(d.key)!s:.6}" for d in self.outer_dims if rows)
 
     def _tell_number(self, n: int, values, attrs: dict) -> None:
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
         ot = self._trials.pop(n, None)
         if ot is not None:
             for k, v in attrs.items():
                 ot.set_user_attr(k, v)
         else:  # continued after a restart: no Trial object, the storage by number
-            from nas_stab.search.optuna_study import make_storage
-
             storage = make_storage(self.url)  # a handle of our own on the same database (public API)
             sid = storage.get_study_id_from_name(self.study.study_name)
             tid = storage.get_trial_id_from_study_id_trial_number(sid, n)

@@ -10,6 +10,9 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
+from nas_stab.errors import RunError
+from nas_stab.search.study_lock import StudyLock
+
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
 
@@ -20,7 +23,7 @@ class _TrialAttrs:
     """Sets user attributes of a trial by number, through a storage handle of our own (public API)."""
 
     def __init__(self, study, url: str):
-        from nas_stab.search.optuna_study import make_storage
+        from nas_stab.search.optuna_study import make_storage  # deferred: loads PyYAML only when this runs
 
         self.storage = make_storage(url)  # the same database as the study's: only RUNNING trials are written
         self.study_id = self.storage.get_study_id_from_name(study.study_name)
@@ -40,10 +43,9 @@ def open_study(spec: Spec, rd):
     whose rows are all on disk: it is told now, from its rows. Trials left running
     without all their rows are closed as FAIL (status interrupted) and trained again.
     """
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
-    from nas_stab.errors import RunError
-    from nas_stab.search.optuna_study import create_study
+    from nas_stab.search.optuna_study import create_study  # deferred: loads PyYAML only when this runs
 
     url = spec.search.storage or rd.storage_url
     try:
@@ -57,7 +59,6 @@ def open_study(spec: Spec, rd):
                        "move the run directory aside or rerun with --fresh") from None
     lock = None
     if spec.search.storage:  # shared beyond this run directory: hold the study before touching its trials
-        from nas_stab.search.study_lock import StudyLock
 
         lock = StudyLock(study, rd.path, url).acquire()
     try:
@@ -81,7 +82,7 @@ def open_study(spec: Spec, rd):
 
 def tell_recorded(spec: Spec, study, rows: dict, attrs: _TrialAttrs) -> int:
     """Tell each RUNNING trial whose rows are all in trials.csv the state its rows give."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
     by_trial: dict[str, list] = {}
     for r in rows.values():
@@ -117,7 +118,7 @@ def sampled_remaining(spec: Spec, study, rows: dict, target: int, log) -> int:
     as done: its parameters are enqueued (user attr `retrains`: its number), so the
     next trial asked trains that configuration again.
     """
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
     finished = [
         t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
@@ -139,7 +140,7 @@ def sampled_remaining(spec: Spec, study, rows: dict, target: int, log) -> int:
 def cleanup_study(study, attrs: _TrialAttrs) -> int:
     """No trial is ever left running: trials a killed driver left RUNNING or
     WAITING are closed as FAIL (user attr status=interrupted). Returns how many."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -162,7 +163,7 @@ def tell(study, trial, status: str, value: float | None, error: str = "", *, set
     PRUNED; diverged -> PRUNED with user attr status=diverged (the sampler
     learns it was stopped early, not that it finished); failed, interrupted -> FAIL.
     """
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
     set_attr = set_attr or trial.set_user_attr
     set_attr("status", status)

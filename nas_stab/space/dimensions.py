@@ -59,7 +59,7 @@ class Dimension:
     def grid_distribution(self):
         """The numeric Optuna distribution of a discrete dimension's values, or None
         when a value is not a number (strings, booleans, null: categorical)."""
-        import optuna.distributions as d
+        import optuna.distributions as d  # deferred: loads Optuna only when this runs
 
         vals = self.values
         if not vals or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in vals):
@@ -72,7 +72,7 @@ class Dimension:
 
     def distribution(self):
         """The Optuna distribution of this dimension (for enqueued or fixed trials)."""
-        import optuna.distributions as d
+        import optuna.distributions as d  # deferred: loads Optuna only when this runs
 
         if self.kind in ("values", "log_grid", "grid"):
             return d.CategoricalDistribution(list(self.values))
@@ -82,7 +82,7 @@ class Dimension:
 
 
 def _suggest_numeric(trial, key: str, dist) -> Any:
-    import optuna.distributions as d
+    import optuna.distributions as d  # deferred: loads Optuna only when this runs
 
     if isinstance(dist, d.IntDistribution):
         return trial.suggest_int(key, dist.low, dist.high, log=dist.log)

@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import torch
+
+from nas_stab.stability.capture import first_nonfinite_block
+
 # (quantity, its value, step offset relative to the step that detected it)
 Explanation = tuple[str, float, int]
 
@@ -117,8 +121,6 @@ def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Explana
     called after step s's update (a non-finite validation metric): the
     gradients and parameters are then step s's own.
     """
-    import torch
-
     named = [(n, p) for n, p in model.named_parameters()]
     for n, p in reversed(named):
         g = p.grad
@@ -128,8 +130,6 @@ def explain_nonfinite(model, task=None, batch=None, offset: int = -1) -> Explana
         if not bool(torch.isfinite(p.detach()).all()):
             return f"parameter {n}", float(p.detach().float().norm()), offset
     if task is not None and batch is not None:
-        from nas_stab.stability.capture import first_nonfinite_block
-
         found = first_nonfinite_block(model, lambda: task.forward(model, batch))
         if found:
             return found[0], found[1], 0

@@ -10,6 +10,7 @@ import contextlib
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def _has_batch_stats(m: nn.Module) -> bool:
@@ -62,7 +63,7 @@ def probe_mode(model: nn.Module, modes: dict[nn.Module, bool] | None = None):
 def math_attention():
     """PyTorch's math attention kernel: fused kernels have no double backward."""
     try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        pass
     except ImportError:  # pragma: no cover - older torch
         yield
         return

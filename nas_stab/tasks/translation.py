@@ -35,7 +35,7 @@ EVAL_FLOATS = 2**24  # cap on logits held at once during evaluation (64 MB)
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
     """sacreBLEU corpus BLEU (default 13a tokenization) of detokenized strings, one reference each."""
-    import sacrebleu
+    import sacrebleu  # deferred: loads sacreBLEU only when this runs
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
