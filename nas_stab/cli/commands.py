@@ -63,13 +63,15 @@ def cmd_validate(args) -> int:
 
 def _print_trials(spec) -> int:
     """Print what the search trains (trials x seeds, or a transfer search's outer x inner); returns the runs."""
+    from nas_stab.config.mode import search_mode  # deferred: nas_stab.config loads the YAML and schema machinery (~40 ms of --help)
     from nas_stab.search.transfer import inner_points  # deferred: loads PyYAML only when this runs
 
     n_seeds = len(spec.seeds)
-    if spec.search.transfer is not None:
+    mode = search_mode(spec)
+    if mode.transfer:
         inner = len(inner_points(spec))
         runs = spec.search.trials * inner * n_seeds
-        if spec.search.transfer.inner == "bracket":
+        if mode.inner_bracket:
             n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
             print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
                   f"{inner // max(1, n_sizes)} start lrs x "
@@ -80,12 +82,12 @@ def _print_trials(spec) -> int:
             print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
                   f"{inner // max(1, n_sizes)} lrs x {n_seeds} seed(s) = {runs} runs "
                   f"(search.transfer: {', '.join(spec.search.transfer.objectives)})")
-    elif spec.search.sampler in ("grid", "bracket"):
+    elif mode.job_source:
         points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
         runs = points * n_seeds
-        more = "; bracket adds learning rates until each optimum is bracketed" if spec.search.sampler == "bracket" else ""
-        print(f"trials: {points} configurations x {n_seeds} seed(s) = {runs} runs ({spec.search.sampler}{more})")
-        if spec.seeds_more:
+        more = "; bracket adds learning rates until each optimum is bracketed" if mode.kind == "bracket" else ""
+        print(f"trials: {points} configurations x {n_seeds} seed(s) = {runs} runs ({mode.kind}{more})")
+        if mode.adaptive:
             print(f"adaptive seeds: then up to {len(spec.seeds_more)} more seed(s) each, only at the cells a still-open "
                   f"verdict rests on (at most {points * len(spec.seeds_more)} more runs; docs/leaderboard.md, Adaptive seeds)")
     else:

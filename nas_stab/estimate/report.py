@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from nas_stab.config.mode import search_mode
 from nas_stab.estimate.measure import (
     ROUNDS,
     STEPS_PER_ROUND,
@@ -147,7 +148,7 @@ def _wall_lines(spec, shape: Shape, costs: Costs, per_run: float, threads: int) 
                    f"{duration(wall(low))} if the start grid's {low} runs bracket every optimum, "
                    f"at most ~{duration(wall(high))} ({high} runs: {shape.bound_note})")
     else:
-        kind = "" if spec.search.sampler == "grid" or shape.outer else \
+        kind = "" if search_mode(spec).kind == "grid" or shape.outer else \
             " (sampled configurations: timed at the base configuration)"
         out.append(f"  -> wall time: ~{duration(wall(shape.runs))}{kind}")
     if spec.runner.kind == "ray":

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from nas_stab.config import get_key, resolve
-from nas_stab.config.mode import search_mode
+from nas_stab.config.mode import JOB_SOURCES, search_mode
 from nas_stab.models import build_model
 from nas_stab.search.plan import base_lookup, try_resolve
 from nas_stab.search.transfer import inner_points, inner_sweeps
 from nas_stab.training.optim import total_steps
 
-PLANNED = ("grid", "bracket")  # samplers whose configurations are known before the run (bracket: its start grid)
+PLANNED = JOB_SOURCES  # searches whose configurations are known before the run (bracket: its start grid)
 MAX_CONFIGS = 256  # distinct model configurations sized (a larger grid: evenly spaced sample)
 
 
@@ -35,12 +35,13 @@ def search_shape(spec, runs: int) -> Shape:
     """The configurations a search trains and how many runs: grid and bracket (its start grid, and its
     expected and most runs), a transfer search (outer trials x its inner grid), a sampler (`runs`)."""
     n_seeds = len(spec.seeds)
-    if spec.search.transfer is not None:
+    mode = search_mode(spec)
+    if mode.transfer:
         configs = _transfer_configs(spec)
         inner = sum(n for _, n in configs)
         outer = spec.search.trials
         shape = Shape(configs, inner * outer, float(outer), outer)
-        if search_mode(spec).inner_bracket:
+        if mode.inner_bracket:
             from nas_stab.search.bracket import points_range  # deferred: bracket imports pandas (~0.5 s)
 
             b = spec.search.bracket
@@ -49,10 +50,10 @@ def search_shape(spec, runs: int) -> Shape:
                        for _, start in sweeps) * n_seeds * outer for k in range(3)]
             shape = dataclasses.replace(shape, bracket=tuple(rng), bracket_note=_EXPECTED_NOTE, bound_note=_BOUND_NOTE)
         return shape
-    if spec.search.sampler not in PLANNED or not spec.space.dims:
+    if not mode.job_source or not spec.space.dims:
         return Shape([(spec, n_seeds)], runs, runs / n_seeds)
     configs = _configs(spec)
-    if spec.search.sampler == "bracket":
+    if mode.kind == "bracket":
         from nas_stab.search.bracket import BracketSource, points_range  # deferred: pandas (~0.5 s)
 
         b = spec.search.bracket
@@ -83,7 +84,7 @@ def _transfer_configs(spec) -> list[tuple[object, int]]:
 
 def _configs(spec) -> list[tuple[object, int]]:
     """The distinct configurations that cost differently (model, batch, steps), with their run counts."""
-    if spec.search.sampler not in PLANNED or not spec.space.dims:
+    if not search_mode(spec).job_source or not spec.space.dims:
         return [(spec, len(spec.seeds))]
     points = spec.space.grid(base_lookup(spec))
     groups: dict[str, list] = {}

@@ -40,6 +40,7 @@ import contextlib
 import traceback
 
 from nas_stab import gcsetup
+from nas_stab.config.mode import search_mode
 from nas_stab.search import plan, trial_states
 from nas_stab.search.adaptive import AdaptiveSeeds
 from nas_stab.search.plan import Job
@@ -127,12 +128,13 @@ class Driver:
         self.running: dict[int, Trial] = {}  # by Optuna trial number, until told
         self._no_more = False  # the job source said nothing more will come
         self._waiting = False  # the source said "nothing now": not asked again until a trial finishes
-        if source is None and spec.search.transfer is not None:
+        mode = search_mode(spec)
+        if source is None and mode.transfer:
             source = TransferSource(spec, trials, storage=spec.search.storage or rd.storage_url, log=rd.log)
-        elif source is None and getattr(spec, "seeds_more", ()):
+        elif source is None and mode.adaptive:
             source = AdaptiveSeeds(spec, trials, log=rd.log)
-        elif source is None and spec.search.sampler in JOB_SOURCES:
-            source = JOB_SOURCES.get(spec.search.sampler)(spec, trials)
+        elif source is None and mode.job_source:
+            source = JOB_SOURCES.get(mode.job_source)(spec, trials)
         self.source = source
         if source is not None:
             total = getattr(source, "total", None)
