@@ -531,11 +531,12 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
     import pandas as pd
 
     from nas_stab.results.leaderboard import build_leaderboard
-    from nas_stab.search import optuna_study
+    from nas_stab.search import optuna_study, transfer
 
     made = []
     real = optuna_study.make_sampler
-    monkeypatch.setattr(optuna_study, "make_sampler", lambda name, seed, **kw: made.append(real(name, seed, **kw)) or made[-1])
+    for module in (optuna_study, transfer):  # the transfer search imports it by name
+        monkeypatch.setattr(module, "make_sampler", lambda name, seed, **kw: made.append(real(name, seed, **kw)) or made[-1])
     _run(NSGA2, tmp_path, monkeypatch)
     d = tmp_path / "tiny"
     assert made and all(isinstance(s, optuna.samplers.NSGAIISampler) for s in made)
