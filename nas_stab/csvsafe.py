@@ -47,9 +47,10 @@ def unescape_cell(v: Any) -> Any:
 
 def _text(dtype) -> bool:
     """A column that may hold text: object, or pandas' string dtype (the default for text from pandas 3)."""
+    import numpy as np  # deferred: loads NumPy only when this runs
     import pandas as pd  # deferred: loads pandas only when this runs
 
-    return dtype == object or pd.api.types.is_string_dtype(dtype)
+    return dtype == np.dtype(object) or pd.api.types.is_string_dtype(dtype)
 
 
 def escape_frame(df):

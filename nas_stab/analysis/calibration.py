@@ -219,7 +219,8 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
         v = r["transfers"].value_counts(normalize=True)
         out.append({**asdict(s), "adaptive": "" if adaptive is None else f"{adaptive[0]}-{adaptive[1]}",
                     "runs": float(runs.loc[si].mean()),
-                    "batches": float(looks.loc[si].max()) if looks is not None else 0.0, "true_worst": float(np.nanmean(tw)), "carried_worst": float(np.nanmean(tc)),
+                    "batches": float(looks.loc[si].max()) if looks is not None else 0.0,
+                    "true_worst": float(np.nanmean(tw)), "carried_worst": float(np.nanmean(tc)),
                     "epsilon": float(r["epsilon"].mean()),
                     "yes": float(v.get("yes", 0.0)), "inconclusive": float(v.get("inconclusive", 0.0)), "no": float(v.get("no", 0.0)),
                     "yes_if_costly": float((said[costly] == "yes").mean()) if costly.sum() >= 10 else np.nan,

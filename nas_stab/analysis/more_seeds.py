@@ -125,7 +125,7 @@ def plan(a, n_max: int) -> Plan:
                 continue
             target = min(n_max, max(math.ceil(1.5 * n), min(need, 2 * n)))
         sz = a.sizes[a.sizes["_k"] == k]
-        ref = sz[sz["size"].map(lambda v: v == row["reference_size"])]
+        ref = sz[sz["size"].map(lambda v, want=row["reference_size"]: v == want)]
         ref_x = float(ref["x_star"].iloc[0]) if len(ref) and st.criterion == "regret" else math.nan
         mine = cells[cells["_k"] == k]
         want = _verdict_cells(mine, sz, ref_x)

@@ -107,7 +107,7 @@ def lookup(spec: Mapping[str, Any] | None, key: str, default: Any = None) -> Any
     return node
 
 
-def fill_base(trials: pd.DataFrame, keys: Sequence[str], spec: Mapping[str, Any] | None) -> pd.DataFrame:
+def fill_base(trials: pd.DataFrame, keys: Sequence[str | None], spec: Mapping[str, Any] | None) -> pd.DataFrame:
     """Give every key a column: a key that is not searched (no column, or an empty
     cell when a ``when:`` condition left it out) takes the spec's base value."""
     out = trials.copy()

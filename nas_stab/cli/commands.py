@@ -24,6 +24,9 @@ from nas_stab.search.plan import base_lookup
 from nas_stab.search.ray_cluster import check_reachable
 from nas_stab.textfmt import did_you_mean
 
+if typing.TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
+
 
 def _load(args, *, probe: bool = False):
     from nas_stab.config import load_spec  # deferred: loads PyYAML only when this runs
@@ -61,7 +64,7 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _print_trials(spec) -> int:
+def _print_trials(spec: Spec) -> int:
     """Print what the search trains (trials x seeds, or a transfer search's outer x inner); returns the runs."""
     from nas_stab.config.mode import search_mode  # deferred: nas_stab.config loads the YAML and schema machinery (~40 ms of --help)
     from nas_stab.search.transfer import inner_points  # deferred: loads PyYAML only when this runs
@@ -70,6 +73,7 @@ def _print_trials(spec) -> int:
     mode = search_mode(spec)
     if mode.transfer:
         inner = len(inner_points(spec))
+        assert spec.search.trials is not None, "a transfer search has search.trials (validated)"
         runs = spec.search.trials * inner * n_seeds
         if mode.inner_bracket:
             n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
@@ -91,12 +95,13 @@ def _print_trials(spec) -> int:
             print(f"adaptive seeds: then up to {len(spec.seeds_more)} more seed(s) each, only at the cells a still-open "
                   f"verdict rests on (at most {points * len(spec.seeds_more)} more runs; docs/leaderboard.md, Adaptive seeds)")
     else:
+        assert spec.search.trials is not None, "a sampled search has search.trials (validated)"
         runs = spec.search.trials * n_seeds
         print(f"trials: {spec.search.trials} sampled by {spec.search.sampler} x {n_seeds} seed(s) = {runs} runs at most")
     return runs
 
 
-def _preflight_data(spec) -> str:
+def _preflight_data(spec: Spec) -> str:
     """Load the base configuration's dataset once, so a missing or corrupt file is
     one clear error (exit 2) before anything is written, not a failure per trial.
     Returns, and prints, how its splits were made (provenance)."""
@@ -143,6 +148,7 @@ def _run(args, setup_done) -> int:
 
             for c in watch_commands(spec, rd.path):
                 print(f"watch it: {c}", file=sys.stderr)
+            run: typing.Callable[..., dict]
             if spec.runner.kind == "ray":
                 from nas_stab.search.ray_runner import run_ray as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
             else:
@@ -222,6 +228,7 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     try:
         with RunDir.lock(run.path) as rd:
             tracking = open_tracking(run.spec, run.path, run.meta, rd.log)
+            assert tracking is not None, "its backends were checked above"
             try:
                 n = tracking.finish(paths, run.path, again=True)
             finally:

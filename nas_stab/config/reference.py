@@ -50,7 +50,8 @@ SPACE = """\
 | `{log_grid: [low, high, n]}` | n log-spaced values, endpoints included |
 | `{grid: [low, high, n]}` | n evenly spaced values, endpoints included |
 | `{uniform: [low, high]}`, `{loguniform: [low, high]}` | continuous (not with `search.sampler: grid`) |
-| `{int: [low, high], step: 1, log: false}` | integers; in a grid every integer from low to high (step apart) is a point, `log` only changes how the other samplers draw |
+| `{int: [low, high], step: 1, log: false}` | integers; in a grid every integer from low to high (step apart) is a point, \
+`log` only changes how the other samplers draw |
 | any of these plus `when: {key: value or [values]}` | only searched when the condition holds; otherwise the base value stands |
 
 Keys are the dotted names of the sections below (`train.lr`,

@@ -83,9 +83,9 @@ def check_config(spec: Spec, ctx: Ctx) -> None:
         where, msg = problem
         raise ctx.error(where, msg)
     task_metrics = metrics.TASK_METRICS[spec.task.kind]
-    if spec.search.objective in metrics.TASK_METRICS["classification"] + metrics.TASK_METRICS["translation"]:
-        if spec.search.objective not in task_metrics:
-            raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
+    known = metrics.TASK_METRICS["classification"] + metrics.TASK_METRICS["translation"]
+    if spec.search.objective in known and spec.search.objective not in task_metrics:
+        raise ctx.error(("search", "objective"), f"{spec.search.objective!r} is not a {spec.task.kind} metric; use one of {', '.join(task_metrics)}")
 
 
 def check_spec(spec: Spec, ctx: Ctx, *, stored: bool = False, probe: bool = False) -> list[SpecError]:
@@ -119,7 +119,8 @@ def _check_search(spec: Spec, ctx: Ctx) -> None:
     if search_mode(spec).job_source:
         for d in spec.space:
             if not d.discrete:
-                raise ctx.error(("space", d.key), f"the {s.sampler} sampler needs discrete dimensions; {d.kind} is continuous (use values, grid, log_grid or int)")
+                raise ctx.error(("space", d.key), f"the {s.sampler} sampler needs discrete dimensions; "
+                                                  f"{d.kind} is continuous (use values, grid, log_grid or int)")
     elif s.trials is None:
         raise ctx.error(("search", "trials"), f"the {s.sampler} sampler needs search.trials")
     if s.sampler != "grid" and not spec.space.dims:

@@ -135,8 +135,8 @@ def cache_dir(cfg=None) -> Path:
     return p
 
 
-# importing a module registers its datasets
-from nas_stab.data import (
+# importing a module registers its datasets; they import DATASETS from here, so this comes last
+from nas_stab.data import (  # noqa: E402
     tabular,  # noqa: F401
     text,  # noqa: F401
     vision,  # noqa: F401

@@ -16,6 +16,7 @@ BLEU always scores every reference. Subsets are deterministic given
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gzip
 import hashlib
@@ -161,10 +162,9 @@ def train_tokenizer(src: list[str], tgt: list[str], vocab_size: int, kind: str =
         path = d / f"{kind}{vocab_size}-{h.hexdigest()[:20]}.model"
         if path.is_file():
             return spm.SentencePieceProcessor(model_file=str(path))
-    lock = open(str(path) + ".lock", "w") if path is not None else None
-    try:
-        if lock is not None:
-            assert path is not None, "the lock is the model file's"
+    with contextlib.ExitStack() as held:
+        if path is not None:
+            lock = held.enter_context(open(str(path) + ".lock", "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)  # one trainer per model; the others wait and read it
             if path.is_file():
                 return spm.SentencePieceProcessor(model_file=str(path))
@@ -184,9 +184,6 @@ def train_tokenizer(src: list[str], tgt: list[str], vocab_size: int, kind: str =
             tmp.write_bytes(proto)
             os.replace(tmp, path)
         return spm.SentencePieceProcessor(model_proto=proto)
-    finally:
-        if lock is not None:
-            lock.close()
 
 
 def _pad(seqs: list[list[int]]) -> torch.Tensor:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nas_stab.config.schema import Spec
 from nas_stab.data import reuse_loaded
 from nas_stab.estimate.wall import Costs
 from nas_stab.models import build_model
@@ -44,7 +45,7 @@ class Timed:
         return sorted(self.ms)[len(self.ms) // 2]
 
 
-def time_steps(spec, task, device, label: str, proxy: float) -> Timed:
+def time_steps(spec: Spec, task, device, label: str, proxy: float) -> Timed:
     """`ROUNDS` rounds of `STEPS_PER_ROUND` training steps of `spec` (after two to warm up): each round's median."""
     torch.manual_seed(0)
     model = build_model(spec, task.info).to(device)
@@ -69,7 +70,7 @@ def time_steps(spec, task, device, label: str, proxy: float) -> Timed:
     return Timed(label, proxy, tuple(rounds))
 
 
-def shortened(spec, total: int, ms_step: float, budget_s: float = RUN_BUDGET_S):
+def shortened(spec: Spec, total: int, ms_step: float, budget_s: float = RUN_BUDGET_S):
     """(the spec to time, the factor its measured overhead is scaled by): the spec itself when its run is
     predicted within `budget_s`; else one of fewer steps with the same evaluation and snapshot cadence,
     whose overhead (time beyond its steps) counts per event (an evaluation or a snapshot; init, final
@@ -87,7 +88,7 @@ def shortened(spec, total: int, ms_step: float, budget_s: float = RUN_BUDGET_S):
     return dataclasses.replace(spec, train=t, stability=st), events(total) / events(short)
 
 
-def whole_run(spec, total: int, ms_step: float, *, reuse: bool = True):
+def whole_run(spec: Spec, total: int, ms_step: float, *, reuse: bool = True):
     """Seconds of one whole run of `spec` (`total` steps) through the run path (`plan.run_job`), warm (data
     reused) or not (`reuse=False`: a worker's first run, which loads the data); a long run is timed
     shortened (`shortened`) and its steps and events extrapolated. Returns (seconds, its RunResult, the
@@ -108,7 +109,7 @@ def whole_run(spec, total: int, ms_step: float, *, reuse: bool = True):
 ROUNDS_AT_ONCE = 2  # warm rounds of `runner.concurrency` runs at once
 
 
-def pool_rounds(spec, run_spec, c: int) -> tuple[float, float]:
+def pool_rounds(spec: Spec, run_spec, c: int) -> tuple[float, float]:
     """runner.concurrency > 1: (the workers' start and their first, cold, runs; one warm round) in seconds:
     the local runner's own worker pool (`local_pool.WorkerPool`) starts `c` workers and trains `run_spec`
     (the cheapest configuration, as timed alone) on each at once, then `ROUNDS_AT_ONCE` more rounds (the
@@ -137,7 +138,7 @@ def pool_rounds(spec, run_spec, c: int) -> tuple[float, float]:
     return start_s, min(rounds)
 
 
-def measure_costs(spec, startup_s: float, warmup_s: float, lo_result=None) -> Costs:
+def measure_costs(spec: Spec, startup_s: float, warmup_s: float, lo_result=None) -> Costs:
     """The overheads of `wall_model`, measured: a real driver records `BOOK_RUNS` runs (each the given
     result, or an empty one) in a temporary run directory; the leaderboard is built on them; the
     machine's busy cores are read over a short window."""
@@ -150,7 +151,7 @@ def measure_costs(spec, startup_s: float, warmup_s: float, lo_result=None) -> Co
     return Costs(startup_s, warmup_s, open_s, book_s, end_s, cores, busy)
 
 
-def bookkeeping(spec, result) -> tuple[float, float, float]:
+def bookkeeping(spec: Spec, result) -> tuple[float, float, float]:
     """(driver start, per run, leaderboard) seconds: a real `Driver` with the search's own job source or
     sampler (a bracket's decisions, a transfer search's outer study, Optuna's asks) on a temporary run
     directory records its first `BOOK_RUNS` runs, each with the measured result (no training)."""
@@ -233,7 +234,7 @@ def process_age() -> float | None:
         return None
 
 
-def run_threads(spec) -> int:
+def run_threads(spec: Spec) -> int:
     """torch threads of one run, as the runner sets them: `train.threads`, else the local runner's
     cpus shared by `runner.concurrency` runs, or the Ray runner's `runner.resources.cpu` per trial."""
     if spec.runner.kind == "ray":

@@ -8,6 +8,7 @@ import time
 import torch
 
 from nas_stab.config.mode import search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.estimate.measure import (
     ROUNDS,
     STEPS_PER_ROUND,
@@ -26,7 +27,7 @@ from nas_stab.training.loop import pick_device
 from nas_stab.training.malloc import keep_freed_memory
 
 
-def estimate_cost(spec, runs: int, *, timed: bool = True, startup_s: float | None = None,
+def estimate_cost(spec: Spec, runs: int, *, timed: bool = True, startup_s: float | None = None,
                   costs: Costs | None = None) -> str:
     """Total optimizer steps and, when `timed`, the wall time of `nas-stab run` (see the package
     docstring). `startup_s`: this process's age (the CLI gives it); `costs`: given instead of measured."""
@@ -60,7 +61,7 @@ def estimate_cost(spec, runs: int, *, timed: bool = True, startup_s: float | Non
     return "\n".join(out)
 
 
-def _load(spec):
+def _load(spec: Spec):
     """(device, task, seconds its data took to load), with each run's torch threads, as the runner sets them."""
     torch.set_num_threads(run_threads(spec))  # each run's threads, as the runner will set them
     keep_freed_memory()  # as train_run does: timing without it overstates CNN steps by 15-30%
@@ -71,7 +72,7 @@ def _load(spec):
     return device, task, time.perf_counter() - t0
 
 
-def _time_extremes(spec, task, device, configs, steps_of, proxies, *, cold: bool):
+def _time_extremes(spec: Spec, task, device, configs, steps_of, proxies, *, cold: bool):
     """The cheapest and the dearest configuration by the proxy (one if they cost the same): their steps
     timed, then (with `cold`) a fresh first run of the cheapest, then one warm whole run of each.
     Returns (their `Timed`, cheapest first; `whole_run`'s answers; the cold run's seconds, nan without)."""
@@ -87,7 +88,7 @@ def _time_extremes(spec, task, device, configs, steps_of, proxies, *, cold: bool
     return timings, runs_of, cold_s
 
 
-def _measure(spec, shape: Shape, startup_s: float, warmup_s: float, cheapest_run) -> Costs:
+def _measure(spec: Spec, shape: Shape, startup_s: float, warmup_s: float, cheapest_run) -> Costs:
     """The overheads measured (`measure_costs`) and, with `runner.concurrency` > 1 on the local runner,
     its worker pool's start and speed at once (else modelled: `wall_model`)."""
     costs = measure_costs(spec, startup_s, warmup_s, lo_result=cheapest_run[1])
@@ -136,7 +137,7 @@ def _overhead_lines(costs: Costs, c: int, threads: int) -> list[str]:
     return out
 
 
-def _wall_lines(spec, shape: Shape, costs: Costs, per_run: float, threads: int) -> list[str]:
+def _wall_lines(spec: Spec, shape: Shape, costs: Costs, per_run: float, threads: int) -> list[str]:
     """The wall time: a bracket's expected runs with its range, else the runs in all."""
     def wall(n_runs: float) -> float:
         return wall_model(costs, per_run * n_runs, round(n_runs), spec.runner.concurrency, threads, shape.outer).total

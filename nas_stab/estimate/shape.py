@@ -9,6 +9,7 @@ import torch
 
 from nas_stab.config import get_key, resolve
 from nas_stab.config.mode import JOB_SOURCES, search_mode
+from nas_stab.config.schema import Spec
 from nas_stab.models import build_model
 from nas_stab.search.plan import base_lookup, try_resolve
 from nas_stab.search.transfer import inner_points, inner_sweeps
@@ -31,7 +32,7 @@ class Shape:
     bound_note: str = ""
 
 
-def search_shape(spec, runs: int) -> Shape:
+def search_shape(spec: Spec, runs: int) -> Shape:
     """The configurations a search trains and how many runs: grid and bracket (its start grid, and its
     expected and most runs), a transfer search (outer trials x its inner grid), a sampler (`runs`)."""
     n_seeds = len(spec.seeds)
@@ -40,6 +41,7 @@ def search_shape(spec, runs: int) -> Shape:
         configs = _transfer_configs(spec)
         inner = sum(n for _, n in configs)
         outer = spec.search.trials
+        assert outer is not None, "a transfer search has search.trials (validated)"
         shape = Shape(configs, inner * outer, float(outer), outer)
         if mode.inner_bracket:
             from nas_stab.search.bracket import points_range  # deferred: bracket imports pandas (~0.5 s)
@@ -48,7 +50,7 @@ def search_shape(spec, runs: int) -> Shape:
             sweeps = inner_sweeps(spec, {})
             rng = [sum(points_range(start, float(b.step_octaves), float(b.resolution_octaves), tuple(b.lr_limits))[k]
                        for _, start in sweeps) * n_seeds * outer for k in range(3)]
-            shape = dataclasses.replace(shape, bracket=tuple(rng), bracket_note=_EXPECTED_NOTE, bound_note=_BOUND_NOTE)
+            shape = dataclasses.replace(shape, bracket=(rng[0], rng[1], rng[2]), bracket_note=_EXPECTED_NOTE, bound_note=_BOUND_NOTE)
         return shape
     if not mode.job_source or not spec.space.dims:
         return Shape([(spec, n_seeds)], runs, runs / n_seeds)
@@ -60,7 +62,7 @@ def search_shape(spec, runs: int) -> Shape:
         src = BracketSource(spec)
         rng = [sum(points_range(start, float(b.step_octaves), float(b.resolution_octaves), tuple(b.lr_limits))[k]
                    for _, start in src.sweeps) * n_seeds for k in range(3)]
-        return Shape(configs, runs, 1.0, 0, tuple(rng), _EXPECTED_NOTE, _BOUND_NOTE)
+        return Shape(configs, runs, 1.0, 0, (rng[0], rng[1], rng[2]), _EXPECTED_NOTE, _BOUND_NOTE)
     return Shape(configs, runs)
 
 
@@ -68,7 +70,7 @@ _EXPECTED_NOTE = "each sweep: its start lrs, the extension steps to an optimum a
 _BOUND_NOTE = "every lr step_octaves apart within lr_limits, plus the resolution points"
 
 
-def _transfer_configs(spec) -> list[tuple[object, int]]:
+def _transfer_configs(spec: Spec) -> list[tuple[object, int]]:
     """A transfer search's inner grid (sizes x learning rates) with the base architecture, runs per outer trial."""
     n_seeds = len(spec.seeds)
     groups: dict[str, list] = {}
@@ -82,7 +84,7 @@ def _transfer_configs(spec) -> list[tuple[object, int]]:
     return out
 
 
-def _configs(spec) -> list[tuple[object, int]]:
+def _configs(spec: Spec) -> list[tuple[object, int]]:
     """The distinct configurations that cost differently (model, batch, steps), with their run counts."""
     if not search_mode(spec).job_source or not spec.space.dims:
         return [(spec, len(spec.seeds))]
@@ -101,12 +103,12 @@ def _configs(spec) -> list[tuple[object, int]]:
     return [(resolve(spec, params), n) for params, n in items]
 
 
-def run_steps(spec, task) -> int:
+def run_steps(spec: Spec, task) -> int:
     """Optimizer steps of one run of `spec`."""
     return total_steps(spec.train, task.steps_per_epoch)
 
 
-def cost_proxy(spec, info) -> float:
+def cost_proxy(spec: Spec, info) -> float:
     """Parameters x examples (or tokens) per batch: a model's step cost, up to a constant."""
     with torch.device("meta"):
         try:
@@ -120,7 +122,7 @@ def cost_proxy(spec, info) -> float:
     return float(params) * per_batch
 
 
-def config_label(base, spec) -> str:
+def config_label(base, spec: Spec) -> str:
     """`spec`'s values of the searched keys that set its cost (model, batch), e.g. "width=64, depth=4"."""
     keys = [d.key for d in base.space.dims] if base.space else []
     shown = [f"{k.split('.')[-1]}={get_key(spec, k)}" for k in keys

@@ -180,14 +180,9 @@ class MultiBranch(nn.Module):
             wd = w * a
         else:
             wv = w.view(self.C, layer.cout, *w.shape[1:]) * a.view(self.C, *([1] * w.ndim))
-            if layer.grouped:  # [C, out, in, ...] -> [out, C*in, ...]
-                wd = wv.transpose(0, 1).reshape(layer.cout, self.C * layer.cin, *w.shape[2:])
-            else:
-                wd = wv.sum(0)
-        if layer.conv:
-            y = F.conv2d(h, wd, stride=layer.stride, padding=layer.k // 2)
-        else:
-            y = F.linear(h, wd)
+            # grouped: [C, out, in, ...] -> [out, C*in, ...]
+            wd = wv.transpose(0, 1).reshape(layer.cout, self.C * layer.cin, *w.shape[2:]) if layer.grouped else wv.sum(0)
+        y = F.conv2d(h, wd, stride=layer.stride, padding=layer.k // 2) if layer.conv else F.linear(h, wd)
         return self._finish_last(h, y, a, layer)
 
     def _finish_last(self, h: torch.Tensor, y: torch.Tensor, a: torch.Tensor, layer) -> torch.Tensor:

@@ -50,19 +50,19 @@ def _per_output(vec: torch.Tensor, layer: Layer) -> torch.Tensor:
 def path_values(weights: list[torch.Tensor], layers: list[Layer]) -> list[torch.Tensor]:
     """Path values of one chain given its weight-space tensors (same shapes)."""
     n = len(layers)
-    # c[l]: the scale of layer l's units; c[-1] = 1, every other entry is set below
+    # c[k]: the scale of layer k's units; c[-1] = 1, every other entry is set below
     c = [torch.ones(weights[-1].shape[0], dtype=weights[-1].dtype, device=weights[-1].device)] * n
-    for l in range(n - 1, 0, -1):
-        d = _diag(weights[l], layers[l])
+    for k in range(n - 1, 0, -1):
+        d = _diag(weights[k], layers[k])
         if (d <= 0).any():
-            raise ValueError(f"path space needs positive diagonal weights; layer {l} has {int((d <= 0).sum())} non-positive")
-        c[l - 1] = d * c[l]
+            raise ValueError(f"path space needs positive diagonal weights; layer {k} has {int((d <= 0).sum())} non-positive")
+        c[k - 1] = d * c[k]
     v1 = weights[0] * _per_output(c[0], layers[0])
     out = [v1]
     d1 = _diag(v1, layers[0])
-    for l in range(1, n):
-        layer = layers[l]
-        v = weights[l] * _per_output(c[l], layer) / _per_input(c[l - 1], layer) * _per_input(d1, layer)
+    for k in range(1, n):
+        layer = layers[k]
+        v = weights[k] * _per_output(c[k], layer) / _per_input(c[k - 1], layer) * _per_input(d1, layer)
         out.append(v * (1 - layer.mask))
     return out
 

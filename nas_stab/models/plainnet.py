@@ -60,6 +60,7 @@ def _check_plainnet(spec: Spec):
     return checks.plain(spec, conv=True)
 
 
-@ARCHS.register("plainnet", task="classification", check=_check_plainnet, doc="CNN without skips, depth conv layers in `stages` stages (3: widths w, 2w, 4w; 1: constant width)")
+@ARCHS.register("plainnet", task="classification", check=_check_plainnet, doc="CNN without skips, depth conv layers in `stages` stages "
+                   "(3: widths w, 2w, 4w; 1: constant width)")
 def build_plainnet(spec: Spec, info):
     return PlainNet(info.in_shape, info.classes, spec.model)

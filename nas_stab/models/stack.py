@@ -32,10 +32,12 @@ class PlainLayer(nn.Module):
         y = self.layer(h)
         if self.bias is not None:
             y = y + self.bias.view(1, -1, *([1] * (y.ndim - 2)))
-        if self.layer.ratio:
-            y = self.norm(y) + h if self.path_bn else self.norm(y + h)
+        if self.layer.ratio and not self.path_bn:
+            y = self.norm(y + h)
+        elif self.layer.ratio or self.skip:  # a Path-BN ratio layer, or a weight-space skip
+            y = self.norm(y) + h
         else:
-            y = self.norm(y) + h if self.skip else self.norm(y)
+            y = self.norm(y)
         return F.relu(y)
 
 

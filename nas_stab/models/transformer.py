@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas_stab.config.schema import ModelConfig
+from nas_stab.config.schema import ModelConfig, Spec
 from nas_stab.models import ARCHS
 from nas_stab.models.base import StableModel, Tau, branch_alpha, deepnorm_constants, model_tau, record_init
 from nas_stab.models.transformer_layers import FeedForward, MultiHeadAttention, Sublayer, ffn_width, sinusoids
@@ -101,6 +101,8 @@ class DecodeState:
 class Transformer(StableModel):
     """Encoder-decoder; `forward(src, tgt_in)` -> logits [B, T, V]."""
 
+    pe: torch.Tensor  # a buffer (register_buffer): the sinusoidal positions, grown on demand
+
     def __init__(self, cfg, vocab: int, pad: int = 0, bos: int = 2, eos: int = 3):
         super().__init__()
         d, C = cfg.d_model, cfg.branches
@@ -127,6 +129,7 @@ class Transformer(StableModel):
             return FeedForward(d, C, ffn_width(cfg), a)
 
         blocks, betas = [], []
+        fns: list[FeedForward | MultiHeadAttention] = []  # each block's branch, reset below
         for side, n, kinds in (("enc", self.n_enc, (False, None)), ("dec", self.n_dec, (False, True, None))):
             alpha_dn, beta = dn[side] if deep else (1.0, 1.0)
             if cfg.skip != "deepnorm":
@@ -135,6 +138,7 @@ class Transformer(StableModel):
                 for cross in kinds:
                     fn = ffn() if cross is None else attn(cross)
                     blocks.append(Sublayer(fn, d, cfg, self.tau, alpha_dn))
+                    fns.append(fn)
                     betas.append(beta)
         self.blocks = nn.ModuleList(blocks)
         final = cfg.norm == "ln" and cfg.norm_position == "pre" and cfg.skip in ("plain", "none", "xskip")
@@ -144,9 +148,9 @@ class Transformer(StableModel):
             self.embed.weight.normal_(0.0, d**-0.5)
             self.embed.weight[pad].zero_()
         record_init(self.embed.weight, d, 1.0)
-        for b, beta in zip(self.blocks, betas):
-            b.fn.reset_parameters(beta=beta, normal=deep, zero_out=cfg.init == "zero_last",
-                                  per_branch=cfg.init == "xavier_branch")
+        for fn, beta in zip(fns, betas):
+            fn.reset_parameters(beta=beta, normal=deep, zero_out=cfg.init == "zero_last",
+                                per_branch=cfg.init == "xavier_branch")
 
     # ------------------------------------------------------------ pieces
 
@@ -212,7 +216,7 @@ class Transformer(StableModel):
         return logp
 
 
-def check_transformer(spec) -> tuple[tuple, str] | None:
+def check_transformer(spec: Spec) -> tuple[tuple, str] | None:
     m = spec.model
     unsupported = {
         "norm": (("none", "ln"), "the transformer normalizes with LayerNorm or not at all"),
@@ -256,6 +260,6 @@ def _check_ffn_ratio(m) -> tuple[tuple, str] | None:
 
 @ARCHS.register("transformer", task="translation", check=check_transformer,
                 doc="encoder-decoder Transformer; heads and FFN slices are the branches (STAM)")
-def build_transformer(spec, info):
+def build_transformer(spec: Spec, info):
     e = info.extra
     return Transformer(spec.model, e["vocab"], pad=e["pad"], bos=e["bos"], eos=e["eos"])

@@ -24,7 +24,7 @@ __all__ = ["greedy", "beam_search", "decode"]
 def _strip(row: list[int], eos: int, pad: int) -> list[int]:
     out = []
     for t in row:
-        if t == eos or t == pad:
+        if t in (eos, pad):
             break
         out.append(t)
     return out

@@ -65,6 +65,7 @@ class MultiHeadAttention(nn.Module):
         width = bw if per_branch else inner
         qk = 1.0 if (normal or per_branch) else QKV_GAIN
         vg = beta if normal else qk
+        biases: tuple[nn.Parameter, ...]
         if self.cross:
             q, (k, v) = self.q_proj.weight, self.kv_proj.weight.view(2, inner, d)
             biases = (self.q_proj.bias, self.kv_proj.bias)

@@ -94,10 +94,7 @@ def _spread(d) -> list:
     lo, hi = float(d.low), float(d.high)
     if d.kind == "int":
         n = 5
-        if d.log and lo > 0:
-            raw = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
-        else:
-            raw = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+        raw = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)] if d.log and lo > 0 else [lo + (hi - lo) * i / (n - 1) for i in range(n)]
         step = d.step or 1
         vals = sorted({int(lo + round((v - lo) / step) * step) for v in raw})
         return [v for v in vals if lo <= v <= hi]

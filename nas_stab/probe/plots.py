@@ -244,7 +244,7 @@ def _panels(rows: list[dict], compare: list[str], others: list[str], value) -> l
             sig = _signature(by_other[o], value)
             if not any(_signature(k[1], value) == sig for k in kept):
                 kept.append((o, by_other[o]))
-        for o, rs_o in kept:
+        for _, rs_o in kept:
             parts = [_label(rs_o[0], compare)] if compare else []
             if len(kept) > 1:
                 parts.append(_label(rs_o[0], others))

@@ -74,10 +74,7 @@ def _labels(a: Analysis, limit: int = _MAX_PANELS) -> list[tuple[int, str]]:
     out = []
     short = _short_keys(st.compare)
     for r in a.rows.head(limit).to_dict("records"):
-        if st.compare:
-            title = ", ".join(f"{s}={fmt_value(r[k])}" for s, k in zip(short, st.compare))
-        else:
-            title = str(r["label"])
+        title = ", ".join(f"{s}={fmt_value(r[k])}" for s, k in zip(short, st.compare)) if st.compare else str(r["label"])
         out.append((int(r["_k"]), title))
     return out
 

@@ -95,7 +95,8 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
     out += ["", f"Columns are defined in `{DEFINITIONS}` (in the nas_stab repository): `transfers` is yes / no / "
             "inconclusive and `why` gives the reason; `<=` / `>=` in `best_lr(s)` mark an optimum censored at the "
             "grid's end" + ("; after a bracket search, `(limit)`, `(wall)` or `(unfinished)` says why a sweep stopped "
-                            "there" if bracketed(a) else "") + "; intervals are 90% seed bootstraps (each size's seeds, paired across its lrs), widened for few seeds.", ""]
+                            "there" if bracketed(a) else "") + "; intervals are 90% seed bootstraps (each size's seeds, paired across "
+            "its lrs), widened for few seeds.", ""]
     out += ["## Provenance", ""]
     out += [f"- **{escape_md(k)}**: {escape_md(v)}" for k, v in list(provenance) + settings_items(a)]
     if plots:
@@ -116,7 +117,8 @@ def provenance_text(a: Analysis, provenance: Provenance) -> str:
 
 CSV_COLUMNS = [
     "rank", "label", "transfers", "why", "transfer_regret", "transfer_regret_lo", "transfer_regret_hi",
-    "worst_regret", "worst_regret_lo", "worst_regret_hi", "transfer_score", "transfer_score_lo", "transfer_score_hi", "regret_sizes", "spread", "best_lr(s)", "lr_drift",
+    "worst_regret", "worst_regret_lo", "worst_regret_hi", "transfer_score", "transfer_score_lo", "transfer_score_hi",
+    "regret_sizes", "spread", "best_lr(s)", "lr_drift",
     "lr_drift_lo", "lr_drift_hi", "lr_slope", "lr_slope_lo", "lr_slope_hi", "lr_sensitivity", "grid_step",
     "stable_octaves", "stable_lr_min", "stable_lr_max", "best", "best_std", "best_n", "best_size", "best_lr",
     "reference_size", "sizes", "seeds", "runs", "diverged", "stuck", "pruned", "m0", "margin",

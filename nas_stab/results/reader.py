@@ -236,7 +236,8 @@ def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, 
     reader = csv.DictReader(io.StringIO(text))
     good = []
     n = 0
-    for n, raw in enumerate(reader, 1):
+    for raw in reader:
+        n += 1
         r = {k: unescape_cell(v) for k, v in raw.items()}
         problem = _row_problem(r, strict)
         if problem is None:

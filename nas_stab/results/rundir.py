@@ -24,7 +24,7 @@ import io
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -32,12 +32,16 @@ from nas_stab import metrics
 from nas_stab.config import spec_hash
 from nas_stab.config.display import applicable_plain
 from nas_stab.config.load import with_earlier_defaults
+from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell, unescape_cell
 from nas_stab.errors import RunError
 from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
 from nas_stab.results.rundir_meta import meta_for, spec_changes
 from nas_stab.results.tensorboard import write_rows
+
+if TYPE_CHECKING:
+    from nas_stab.results.tracking import Tracking
 
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
@@ -52,14 +56,14 @@ class RunDir:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._lock = None
+        self._lock: io.TextIOWrapper | None = None  # log.txt, open and locked (_acquire)
         self._header: list[str] | None = None  # trials.csv's columns, once this driver has written it
         self.tensorboard = False  # write TensorBoard logs of each recorded run (logging.tensorboard)
-        self.tracking = None  # tracking.Tracking of logging.tracking (MLflow, W&B), or None
+        self.tracking: Tracking | None = None  # tracking.Tracking of logging.tracking (MLflow, W&B), or None
 
     # -- opening ---------------------------------------------------------------
     @staticmethod
-    def adopt_earlier_defaults(out_root: str | Path, spec):
+    def adopt_earlier_defaults(out_root: str | Path, spec: Spec):
         """The spec to run: `spec` itself, or, when `out_root/<name>` holds a run of this experiment
         made before one of its defaults changed (config.load.CHANGED_DEFAULTS) and the experiment
         leaves that key unset, `spec` with the earlier default, the run directory's value (its hash
@@ -76,7 +80,7 @@ class RunDir:
         return earlier if earlier is not None and spec_hash(earlier) == stored else spec
 
     @classmethod
-    def open(cls, out_root: str | Path, spec, *, fresh: bool = False, data_note: str = "") -> RunDir:
+    def open(cls, out_root: str | Path, spec: Spec, *, fresh: bool = False, data_note: str = "") -> RunDir:
         """Create or reopen `out_root/<spec.name>`; refuse a changed spec unless `fresh`.
 
         With `fresh`, an existing directory is moved aside to
@@ -139,7 +143,7 @@ class RunDir:
         rd.reserve()
         return rd
 
-    def _update_presentation(self, spec) -> None:
+    def _update_presentation(self, spec: Spec) -> None:
         """The same experiment rerun with other ``leaderboard:`` or ``logging:`` settings (or description):
         they are not part of its identity (the spec hash leaves them out), so the stored spec takes the
         new ones and the next table (and `nas-stab leaderboard`'s tracking) uses them; nothing is retrained."""
@@ -199,7 +203,7 @@ class RunDir:
             return False
 
     @staticmethod
-    def spec_plain(spec) -> dict:
+    def spec_plain(spec: Spec) -> dict:
         return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
 
     @classmethod

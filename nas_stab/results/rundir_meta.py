@@ -10,8 +10,12 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nas_stab import __version__
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 __all__ = ["git_commit", "hardware", "invocation", "meta_for", "spec_changes"]
 
@@ -72,7 +76,7 @@ def spec_changes(stored: dict, new: dict, limit: int = 6) -> str:
 
 
 
-def meta_for(spec) -> dict:
+def meta_for(spec: Spec) -> dict:
     import torch  # deferred: loads torch only when this runs
 
     from nas_stab.config import spec_hash  # deferred: loads PyYAML only when this runs

@@ -59,7 +59,8 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
         ("reference size", fmt_value(st.reference) if st.reference is not None else "smallest"),
         ("verdict", f"criterion {st.criterion}: " + (
             f"'yes' needs the whole worst_regret interval (what the reference size's optimum lr costs at the size it "
-            f"serves worst) within epsilon = {st.epsilon}" + (" of the row's gap between its best value and m0" if str(st.epsilon).strip().endswith("%") else "")
+            f"serves worst) within epsilon = {st.epsilon}"
+            + (" of the row's gap between its best value and m0" if str(st.epsilon).strip().endswith("%") else "")
             + ", 'no' its lower end above it" if st.criterion == "regret" else
             f"'yes' needs the whole lr_drift interval within {num(st.tolerance)} octave(s), 'no' its lower end above it")
             + "; a yes or a no needs at least 3 seeds in every cell an optimum rests on"),
@@ -135,10 +136,8 @@ def best_lrs(r: Mapping[str, Any], sized: bool, sep: str = " ", lr_fmt=None) -> 
             missing = math.isnan(float(lr))
         except (TypeError, ValueError):
             missing = True
-        if missing:
-            text = no_best.get(key, "n/a")
-        else:
-            text = cens.get(key, "") + (lr_fmt(lr) if lr_fmt is not None else num(lr, 3)) + _end_mark(ends.get(key, ""))
+        text = (no_best.get(key, "n/a") if missing
+                else cens.get(key, "") + (lr_fmt(lr) if lr_fmt is not None else num(lr, 3)) + _end_mark(ends.get(key, "")))
         parts.append(f"{key}:{text}" if sized else text)
     return sep.join(parts)
 

@@ -128,11 +128,12 @@ class MlflowTracker:
 
         client = self._open()
         parent = self._parent_run()
-        old = self._index().get(rec.run_id)
+        logged = self._index()
+        old = logged.get(rec.run_id)
         with _quiet("mlflow", "alembic"):
             if old is not None:
                 client.delete_run(old[0])
-                del self._logged[rec.run_id]
+                del logged[rec.run_id]
             tags = {**rec.tags(), "mlflow.parentRunId": parent}
             run = client.create_run(self._experiment_id, run_name=rec.run_id,
                                     tags={_key(k): _clip(v, _limit("MAX_TAG_VAL_LENGTH", 8000)) for k, v in tags.items()})
@@ -153,7 +154,7 @@ class MlflowTracker:
                 with contextlib.suppress(Exception):
                     client.delete_run(mid)  # half logged: found again and replaced next time anyway
                 raise
-        self._logged[rec.run_id] = (mid, rec.fingerprint)
+        logged[rec.run_id] = (mid, rec.fingerprint)
 
     def log_leaderboard(self, files: Mapping[str, Path], root: Path, *, again: bool = False) -> None:
         """The leaderboard files (paths under `root` kept: plots/...) and spec.yaml, into the parent run

@@ -8,12 +8,15 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
 from nas_stab.analysis.values import dotted, number_or_text
 from nas_stab.results.reader import HISTORY, SPEC_YAML, read_history_rows
 from nas_stab.results.tensorboard import scalar_tag
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 __all__ = ["LEADERBOARD_RUN", "TAG", "Experiment", "RunRecord", "backends", "experiment", "leaderboard_artifacts", "record"]
 
@@ -46,7 +49,7 @@ class Experiment:
     wandb_project: str
 
 
-def experiment(spec, path: Path, meta: Mapping[str, Any] | None) -> Experiment:
+def experiment(spec: Spec, path: Path, meta: Mapping[str, Any] | None) -> Experiment:
     """The tracking view of a run directory: its spec (the stored or the running one) and its meta."""
     from nas_stab.config import spec_hash  # deferred: loads PyYAML only when this runs
     from nas_stab.config.display import applicable_plain  # deferred: loads PyYAML only when this runs

@@ -65,7 +65,7 @@ def _release(version: str) -> tuple[int, ...]:
 
 _message = untested_version()
 if _message:
-    warnings.warn(_message, RayVersionWarning)
+    warnings.warn(_message, RayVersionWarning, stacklevel=1)
 
 
 # ---------------------------------------------------------------- Tune under Ray Client

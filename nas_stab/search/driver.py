@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from typing import TYPE_CHECKING
 
 from nas_stab import gcsetup
 from nas_stab.config.mode import search_mode
@@ -50,6 +51,9 @@ from nas_stab.search.records import Records
 from nas_stab.search.sources import JOB_SOURCES
 from nas_stab.search.transfer import TransferSource
 from nas_stab.search.trial_states import INTERRUPTED
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 
 class _Wait:
@@ -109,7 +113,7 @@ class Driver:
     `trials` caps the runs (grid) or trials (samplers) of this call, as `nas-stab run --trials`.
     """
 
-    def __init__(self, spec, rd, *, trials: int | None = None, source: JobSource | None = None,
+    def __init__(self, spec: Spec, rd, *, trials: int | None = None, source: JobSource | None = None,
                  progress_stream=None, live: bool | None = None):
         self.spec, self.rd = spec, rd
         self.study, rows, self.study_lock = trial_states.open_study(spec, rd)
@@ -119,7 +123,7 @@ class Driver:
             self._release_study()
             raise
 
-    def _start(self, spec, rd, rows, trials, source, progress_stream, live) -> None:
+    def _start(self, spec: Spec, rd, rows, trials, source, progress_stream, live) -> None:
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
         self._over_budget_told = False  # log.txt names the first run whose measurements took over twice the budget
@@ -146,6 +150,7 @@ class Driver:
             self.remaining = None
         else:
             target = trials if trials is not None else spec.search.trials
+            assert target is not None, "a sampled search has search.trials (validated)"
             self.remaining = trial_states.sampled_remaining(spec, self.study, rows, target, rd.log)
             self.asked = 0
             total = target * len(spec.seeds)
@@ -162,7 +167,7 @@ class Driver:
     def startable(self) -> int:
         """How many trials could start now (0: none now; a job source may give more later)."""
         if self.source is None:
-            return self.remaining - self.asked
+            return self._sampled() - self.asked
         if self._waiting or self._no_more:
             return 0
         return len(self._fresh(self._pending()) or [])
@@ -170,12 +175,17 @@ class Driver:
     @property
     def exhausted(self) -> bool:
         """No trial will be started any more."""
-        return self.asked >= self.remaining if self.source is None else self._no_more
+        return self.asked >= self._sampled() if self.source is None else self._no_more
 
     @property
     def planned(self) -> int | None:
         """Trials still to start, when known now (samplers); None for a job source."""
-        return self.remaining - self.asked if self.source is None else None
+        return self._sampled() - self.asked if self.source is None else None
+
+    def _sampled(self) -> int:
+        """The trials of a sampled search (no job source) still to ask for at the start (`remaining`)."""
+        assert self.remaining is not None, "a sampled search counts its trials"
+        return self.remaining
 
     def next_trial(self):
         """The next Optuna trial to train (a `Trial`), `WAIT` (nothing now), or None (nothing more)."""

@@ -30,6 +30,7 @@ interrupted and kills the workers.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -97,10 +98,8 @@ class WorkerPool:
             w = self._workers[i] = self._start()
         w.busy = (tag, trial)
         w.job, w.failures = (params, seed, resolved, offset, prune), 0
-        try:
+        with contextlib.suppress(OSError, EOFError):  # a dead worker: `wait` retries the run or reports it failed
             w.conn.send(w.job)
-        except (OSError, EOFError):
-            pass  # a dead worker: `wait` retries the run or reports it failed
 
     def wait(self) -> list[tuple]:
         done: list[tuple] = []
@@ -145,10 +144,8 @@ class WorkerPool:
             self.log(f"worker process died (exit code {code}) during a run; training it again on a fresh worker "
                      f"(failure {failures} of runner.max_failures={limit})")
             fresh.busy, fresh.job, fresh.failures = w.busy, w.job, failures
-            try:
+            with contextlib.suppress(OSError, EOFError):  # dead again: the next wait sees it
                 fresh.conn.send(fresh.job)
-            except (OSError, EOFError):
-                pass  # dead again: the next wait sees it
             return None
         from nas_stab.training.loop import RunResult  # deferred: loads torch, PyYAML, NumPy only when this runs
 
@@ -159,10 +156,8 @@ class WorkerPool:
         """Stop the workers: asked to finish (kill=False) or killed at once."""
         for w in self._workers:
             if not kill:
-                try:
+                with contextlib.suppress(OSError, EOFError):
                     w.conn.send(None)
-                except (OSError, EOFError):
-                    pass
         for w in self._workers:
             if not kill:
                 w.process.join(10)

@@ -36,6 +36,7 @@ behaviours and ours under test.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
 from collections.abc import Callable
@@ -203,10 +204,8 @@ class OptunaBridge:
         step = int(result.get("nas_step", 0))
         value = result.get("nas_value")
         metrics = {}
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             metrics = json.loads(result.get("nas_metrics") or "{}")
-        except (TypeError, ValueError):
-            pass
         live.last = {"step": step, "metrics": metrics}
         if live.decision is not None:
             return "STOP"  # told to stop and still evaluating: stop it the hard way

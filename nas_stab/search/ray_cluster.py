@@ -15,9 +15,13 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nas_stab.errors import RunError
 from nas_stab.search import ray_loopback, ray_procs
+
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
 
 
 def check_reachable(address: str, timeout: float = 60.0) -> None:
@@ -72,7 +76,7 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x
 
 def is_client_address(address: str | None) -> bool:
     """A Ray Client address (``ray://host:port``)."""
-    return bool(address) and address.startswith("ray://")
+    return address is not None and address.startswith("ray://")
 
 
 def check_client_storage(runner) -> None:
@@ -115,7 +119,7 @@ def trial_resources(runner) -> dict:
     return res
 
 
-def trial_threads(spec) -> int:
+def trial_threads(spec: Spec) -> int:
     """torch threads of one Ray trial: `train.threads`, else the trial's CPUs."""
     return spec.train.threads or max(1, int(trial_resources(spec.runner)["cpu"]))
 

@@ -34,6 +34,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nas_stab.errors import Interrupted
 from nas_stab.search.driver import Driver
@@ -41,11 +42,14 @@ from nas_stab.search.protocols import JobSource
 from nas_stab.search.ray_cluster import check_client_storage, check_fits, ray_session, trial_resources, trial_threads
 from nas_stab.search.ray_trial import Board, trial_main
 
+if TYPE_CHECKING:
+    from nas_stab.config.schema import Spec
+
 PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
 CLIENT_STAGING = ".ray_client"  # Tune's driver staging dir under Ray Client (see _ray_compat.driver_staging_here)
 
 
-def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None,
+def run_ray(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None,
             source: JobSource | None = None) -> dict:
     """Run every pending trial of `spec` on Ray Tune into run directory `rd`. Returns status counts.
 
@@ -65,7 +69,7 @@ def run_ray(spec, rd, *, trials: int | None = None, progress_stream=None, run_fn
     return counts
 
 
-def _run_tune(spec, rd, driver, run_fn) -> None:
+def _run_tune(spec: Spec, rd, driver, run_fn) -> None:
     """One Tune experiment on the Ray session: the trials the driver gives, trained until it has no more."""
     check_client_storage(spec.runner)
     with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as local_ray:
@@ -103,7 +107,7 @@ def _board():
     )
 
 
-def _experiment(spec, rd) -> tuple[str, str]:
+def _experiment(spec: Spec, rd) -> tuple[str, str]:
     """(name, storage path) of a fresh Tune experiment; without `runner.storage`, the earlier ones under
     <run dir>/ray are removed first: Tune experiments of interrupted runs are scratch (nas_stab resumes from
     trials.csv)."""
@@ -115,7 +119,7 @@ def _experiment(spec, rd) -> tuple[str, str]:
     return name, storage_path
 
 
-def _tuner(spec, bridge, board, res: dict, run_fn, name: str, storage_path: str, client: bool):
+def _tuner(spec: Spec, bridge, board, res: dict, run_fn, name: str, storage_path: str, client: bool):
     """The Tune experiment: `ray_trial.trial_main` per trial, the bridge as searcher and scheduler."""
     from ray import tune  # deferred: loads Ray only when this runs
 

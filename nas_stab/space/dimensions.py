@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,7 @@ class Dimension:
         if self.kind in ("values", "log_grid", "grid"):
             return trial.suggest_categorical(self.key, list(self.values))
         if self.kind == "int":
+            assert self.low is not None and self.high is not None, "an int dimension has its bounds (parsed)"
             return trial.suggest_int(self.key, int(self.low), int(self.high), step=self.step or 1, log=self.log)
         return trial.suggest_float(self.key, self.low, self.high, log=self.log)
 
@@ -186,8 +187,9 @@ class Space:
         return out
 
     @staticmethod
-    def values_of(d: Dimension) -> tuple:
+    def values_of(d: Dimension) -> Sequence[Any]:
         if d.kind == "int":
+            assert d.low is not None and d.high is not None, "an int dimension has its bounds (parsed)"
             step = d.step or 1
             return range(int(d.low), int(d.high) + 1, step)  # lazy: its length is arithmetic
         if not d.discrete:

@@ -17,7 +17,8 @@ from nas_stab.registry import Registry
 
 TASKS = Registry("task")
 
-from nas_stab.tasks import (
+# importing a module registers its task; they import TASKS from here, so this comes after it
+from nas_stab.tasks import (  # noqa: E402
     classification,  # noqa: F401
     translation,  # noqa: F401
 )

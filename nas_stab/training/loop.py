@@ -13,10 +13,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
+from nas_stab.config.schema import Spec
 from nas_stab.metrics import STABILITY_METRICS, tail_loss
 from nas_stab.models import build_model
 from nas_stab.stability import DivergenceRule, Prober, diverged_why, explain_nonfinite, reference_loss
@@ -85,7 +86,7 @@ class Checkpointer(Protocol):
 @dataclass
 class RunResult:
     status: str  # complete | pruned | diverged | failed
-    metrics: dict[str, float] = field(default_factory=dict)  # task metrics, init_*/final_* stability
+    metrics: dict[str, float | str] = field(default_factory=dict)  # task metrics, init_*/final_* stability; diverged_why: a label
     history: list[dict[str, float]] = field(default_factory=list)
     steps: int = 0
     wall_s: float = 0.0
@@ -109,7 +110,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def cadences(spec, total: int, costs: budget.MeasureCosts = budget.FALLBACK) -> tuple[int, int]:
+def cadences(spec: Spec, total: int, costs: budget.MeasureCosts = budget.FALLBACK) -> tuple[int, int]:
     """(steps between validations, steps between stability snapshots; 0: none during training) of a
     `total`-step run whose measurements cost `costs` (training/budget.py).
 
@@ -138,7 +139,7 @@ class _Run:
     spikes: SpikeCounter = field(default_factory=SpikeCounter)
     result: RunResult = field(default_factory=lambda: RunResult(status="complete"))
     history: dict[int, dict] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float | str] = field(default_factory=dict)  # diverged_why: a label
     max_update: float = 0.0
     start: int = 0  # the step the training starts after (a checkpoint's, else 0)
     step: int = 0  # the last step taken (or the one the run diverged at)
@@ -149,7 +150,7 @@ class _Run:
         return self.spec.train
 
 
-def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Checkpointer | None = None) -> RunResult:
+def train_run(spec: Spec, seed: int, reporter: Reporter | None = None, checkpoint: Checkpointer | None = None) -> RunResult:
     """Train `spec` (already resolved: no search dimensions left) with `seed`."""
     t0 = time.perf_counter()
     keep_freed_memory()  # no page faults on every step's activation buffers (see training/malloc.py)
@@ -172,7 +173,7 @@ def train_run(spec, seed: int, reporter: Reporter | None = None, checkpoint: Che
     return _result(run, t0)
 
 
-def _setup(spec, seed: int) -> _Run:
+def _setup(spec: Spec, seed: int) -> _Run:
     """Data, model, optimizer, the cadences, the probes and the divergence rule, all from `seed`."""
     t, st = spec.train, spec.stability
     device = pick_device(t.device)
@@ -299,6 +300,7 @@ def _validate(run: _Run, step: int, loss_value: float, reporter: Reporter | None
 def _diverged(run: _Run, reason: str) -> None:
     """The divergence rule stopped the run (`reason`, the rule's): its status, step and reason."""
     result, rule = run.result, run.rule
+    assert rule.step is not None, "the rule tripped: it holds the step"
     result.status = "diverged"
     result.diverged_step = rule.step
     result.error = reason
@@ -312,6 +314,7 @@ def _final_evaluation(run: _Run) -> None:
     if any(not math.isfinite(v) for v in final_val.values()):  # as a mid-run validation: divergence, data
         rule.check_finite(math.nan, total, "validation metric",
                           explain=lambda: explain_nonfinite(model, task, task.probe_batch, offset=0))
+        assert rule.step is not None and rule.reason is not None, "a non-finite value trips the rule"
         run.result.status, run.result.diverged_step, run.result.error = "diverged", rule.step, rule.reason
         run.step = rule.step
         return
@@ -343,7 +346,8 @@ def _result(run: _Run, t0: float) -> RunResult:
     if result.status == "diverged":
         ordered = [history[k] for k in sorted(history)]
         metrics["diverged_why"] = diverged_why(ordered, result.error, run.spikes.first, result.diverged_step,
-                                               metrics.get("init_loss"), run.rule.threshold)
+                                               cast("float | None", metrics.get("init_loss")),  # a loss, not a label
+                                               run.rule.threshold)
     result.metrics = metrics
     result.history = [history[k] for k in sorted(history)]
     result.steps = run.step
@@ -351,7 +355,7 @@ def _result(run: _Run, t0: float) -> RunResult:
     return result
 
 
-def _snapshot(prober: Prober, optimizer, spec, step: int, rule: DivergenceRule, final: bool = False) -> dict[str, float]:
+def _snapshot(prober: Prober, optimizer, spec: Spec, step: int, rule: DivergenceRule, final: bool = False) -> dict[str, float]:
     """Stability metrics now; a non-finite value marks the run diverged (it is data).
 
     Probes return inf when a tensor overflowed (divergence) and nan when a metric is undefined

@@ -42,7 +42,8 @@ def _tune() -> bool:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.gnu_get_libc_version  # glibc only (musl's mallopt ignores these)
-    except (OSError, AttributeError):
+    except OSError:
+        return False
+    if not hasattr(libc, "gnu_get_libc_version"):  # glibc only (musl's mallopt ignores these)
         return False
     return libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
