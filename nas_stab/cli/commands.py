@@ -73,19 +73,20 @@ def _print_trials(spec: Spec) -> int:
     mode = search_mode(spec)
     if mode.transfer:
         inner = len(inner_points(spec))
-        assert spec.search.trials is not None, "a transfer search has search.trials (validated)"
+        assert spec.search.trials is not None and spec.search.transfer is not None, "a transfer search (validated)"
+        objectives = ", ".join(spec.search.transfer.objectives)
         runs = spec.search.trials * inner * n_seeds
         if mode.inner_bracket:
             n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
             print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
                   f"{inner // max(1, n_sizes)} start lrs x "
                   f"{n_seeds} seed(s) = {runs} runs at least; bracket adds learning rates until each size's optimum is "
-                  f"bracketed (search.transfer: {', '.join(spec.search.transfer.objectives)}, inner: bracket)")
+                  f"bracketed (search.transfer: {objectives}, inner: bracket)")
         else:
             n_sizes = len(spec.space.values_of(spec.space.get(spec.leaderboard.transfer)))
             print(f"trials: {spec.search.trials} architectures sampled by {spec.search.sampler} x {n_sizes} sizes x "
                   f"{inner // max(1, n_sizes)} lrs x {n_seeds} seed(s) = {runs} runs "
-                  f"(search.transfer: {', '.join(spec.search.transfer.objectives)})")
+                  f"(search.transfer: {objectives})")
     elif mode.job_source:
         points = len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1
         runs = points * n_seeds
