@@ -62,10 +62,5 @@ def probe_mode(model: nn.Module, modes: dict[nn.Module, bool] | None = None):
 @contextlib.contextmanager
 def math_attention():
     """PyTorch's math attention kernel: fused kernels have no double backward."""
-    try:
-        pass
-    except ImportError:  # pragma: no cover - older torch
-        yield
-        return
     with sdpa_kernel(SDPBackend.MATH):
         yield
