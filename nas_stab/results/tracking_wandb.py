@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from nas_stab.results.atomic import atomic_write
@@ -67,17 +67,23 @@ class WandbTracker:
         fingerprint: a run recorded again with other values is a new W&B run, never a clash."""
         run = self._init(name=rec.run_id, id=f"{self.exp.identity[:8]}-{rec.run_id}-{rec.fingerprint[:8]}",
                          job_type="run", config=rec.config(), tags=[rec.status] if rec.status else None)
-        try:
+        with self._finishing(run):
             for step, values in rec.curves().items():
                 run.log(values, step=step)
             run.summary.update({**rec.final(), "status": rec.status, "run_id": rec.run_id})
+        self._remember(rec.run_id, rec.fingerprint)
+
+    @contextlib.contextmanager
+    def _finishing(self, run) -> Iterator[None]:
+        """Finish `run` after the block; if the block fails, finish it as failed and discard its offline files."""
+        try:
+            yield
         except BaseException:
             with contextlib.suppress(Exception):
                 run.finish(exit_code=1)
             self._discard(run)
             raise
         run.finish()
-        self._remember(rec.run_id, rec.fingerprint)
 
     def _discard(self, run) -> None:
         """Remove the offline files of a run whose logging failed (it is logged again next time)."""
@@ -100,19 +106,13 @@ class WandbTracker:
             return
         run = self._init(name=LEADERBOARD_RUN, job_type="leaderboard",
                          config={"experiment": self.exp.name, "spec_hash": self.exp.spec_hash})
-        try:
+        with self._finishing(run):
             for p in paths:
                 rel = p.relative_to(root) if p.is_relative_to(root) else Path(p.name)
                 dest = Path(run.dir) / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(p, dest)  # a copy: the table as it is now, not a link to the next one
                 run.save(str(dest), base_path=run.dir, policy="now")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                run.finish(exit_code=1)
-            self._discard(run)
-            raise
-        run.finish()
         self._remember(LEADERBOARD_RUN, fingerprint)
 
     def _remember(self, name: str, fingerprint: str) -> None:
