@@ -46,10 +46,10 @@ def judge(table: Path) -> pd.DataFrame:
     spec = experiment_data(spec_file(table.name))
     metric = lookup(spec, "leaderboard.metric") or lookup(spec, "search.objective") or "val_acc"
     classes = CLASSES.get(str(lookup(spec, "task.dataset.name"))) if lookup(spec, "task.kind") == "classification" else None
-    read = {name: pd.read_csv(table / f"{name}.csv") if (table / f"{name}.csv").is_file() else None
-            for name in ("trials", "probe_slopes", "leaderboard")}
-    out = evaluate(claims, read["trials"], read["probe_slopes"], board=read["leaderboard"], metric=str(metric),
-                   lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"), classes=classes, base=spec)
+    names = {"trials", "probe_slopes", "leaderboard"} | {n for c in claims for n in c.runs}
+    files = {n: pd.read_csv(table / f"{n}.csv") for n in names if (table / f"{n}.csv").is_file()}
+    out = evaluate(claims, files, metric=str(metric), lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"),
+                   classes=classes, base=spec)
     out.insert(0, "table", table.name)
     return out
 
@@ -72,15 +72,14 @@ def _num(v: float) -> str:
 
 def findings_table(all_claims: pd.DataFrame) -> str:
     """The findings page's table: one line per claim."""
-    lines = ["| claim (paper) | table | kind | seeds run / needed | estimate (90%) | target | verdict |",
+    lines = ["| claim (paper) | table | kind | seeds run / needed | estimate (90%) | judged against | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in all_claims.to_dict("records"):
         need = f"> {MAX_SEEDS // 10}" if r["needed"] >= MAX_SEEDS // 10 else str(int(r["needed"]))
         what = r["report"] if r["kind"] in ("difference", "equivalence") else r["metric"]
         est = f"{_num(r['estimate'])} ({_num(r['lo'])} to {_num(r['hi'])}) {what}"
-        target = {"difference": "effect ", "equivalence": "+-", "slope": "bound ", "transfer": "epsilon "}[r["kind"]]
         lines.append(f"| {r['says']} ({r['paper']}) | [{r['table']}]({r['table']}/README.md) | {r['kind']} | "
-                     f"{int(r['seeds'])} / {need} | {est} | {target}{r['target']:.3g} | **{r['verdict']}** |")
+                     f"{int(r['seeds'])} / {need} | {est} | {r['criterion']} | **{r['verdict']}** |")
     return "\n".join(lines) + "\n"
 
 

@@ -14,7 +14,12 @@ probe (probe.csv with probe_provenance.txt). Each must have:
   except a fixed-lr figure (the experiment does not search `leaderboard.lr`, as the tau paper's
   Figure 1 at lr 0.001): it can show that the one lr fails a size (`no`) but never that it
   transfers, so no verdict in it may be `yes`;
-- MNIST MLP tables ranked by accuracy: a best validation accuracy of at least 0.95 (trained long enough).
+- MNIST MLP tables ranked by accuracy: a best validation accuracy of at least 0.95 (trained long enough);
+- declared claims (docs/leaderboard.md, "Claims"): every leaderboard table has a claims.yaml, judged into
+  claims.csv; a claim with fewer seeds than its power calculation needs carries no verdict but
+  "underpowered: needs N seeds" unless its interval decided it (replicates, reversed, holds, fails,
+  equivalent, not equivalent; a transfer row's own yes / no); claims.csv and the findings page's claims
+  table are what `python leaderboards/claims.py` writes from the stored runs.
 
 A table of an earlier generation that predates the protocol goes in AWAITING_REDO: it is
 expected to fail (strict xfail, so a table that starts passing is noticed) until it is redone
@@ -80,6 +85,27 @@ def problems(table: Path, repo: Path = REPO) -> list[str]:
             out.append(f"probe: {len(seeds)} seed(s), the protocol asks for >= 5")
     if lb.exists():
         out += _leaderboard_problems(table, spec_file)
+        if not (table / "claims.yaml").exists():
+            out.append("no claims.yaml (the table's claims, with the paper's effect sizes)")
+    out += _claims_problems(table)
+    return out
+
+
+DECIDED = ("replicates", "reversed", "does not replicate", "holds", "fails", "equivalent", "not equivalent", "yes", "no")
+
+
+def _claims_problems(table: Path) -> list[str]:
+    """A claim judged with fewer seeds than it needs must be decided by its interval or say it is underpowered."""
+    if not (table / "claims.yaml").exists():
+        return []
+    if not (table / "claims.csv").exists():
+        return ["claims.yaml is not judged (no claims.csv: run python leaderboards/claims.py)"]
+    out = []
+    for r in _rows(table / "claims.csv"):
+        verdict = r.get("verdict", "")
+        decided = verdict.split(" (")[0] in DECIDED
+        if int(float(r["seeds"])) < int(float(r["needed"])) and not decided and not verdict.startswith("underpowered: needs"):
+            out.append(f"claim {r['id']}: {r['seeds']} seeds of {r['needed']} needed, verdict {verdict!r} (say underpowered)")
     return out
 
 
@@ -136,6 +162,15 @@ def test_published_table_meets_the_protocol(table):
     assert problems(table) == []
 
 
+def test_claims_and_the_findings_table_are_rebuilt_from_the_stored_runs():
+    """claims.csv of every table and the findings page's claims table are what leaderboards/claims.py writes."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(BOARDS / "claims.py"), "--check"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_awaiting_redo_names_existing_tables():
     """The exemption list shrinks as tables are redone; it never names a table that is gone."""
     names = {p.name for p in _tables()}
@@ -175,7 +210,19 @@ def test_the_check_finds_each_violation(tmp_path):
     _write(t / "leaderboard_provenance.txt", "spec: t\nseeds: 0, 1, 2, 3, 4\nnas_stab: 0.1.0 (commit 1234567abcde)\n")
     _write(t / "leaderboard.csv", "rank,label,seeds,grid_step,best\n1,a,5,0.5,0.96\n")
     _write(t / "leaderboard_sizes.csv", "label,x,model.branches,x_star,censored,trains\na,a,1,-3,,True\n")
+    _write(t / "claims.yaml", "claims: []\n")
+    _write(t / "claims.csv", "id,seeds,needed,verdict\n")
     assert problems(t, repo) == []
+    _write(t / "claims.yaml", "claims: []\n")
+    _write(t / "claims.csv", "id,seeds,needed,verdict\nc,5,22,inconclusive\nd,5,22,replicates\ne,5,22,underpowered: needs 22 seeds\n")
+    found = "\n".join(problems(t, repo))
+    assert "claim c: 5 seeds of 22 needed" in found and "claim d" not in found and "claim e" not in found
+    (t / "claims.csv").unlink()
+    assert "no claims.csv" in "\n".join(problems(t, repo))
+    (t / "claims.yaml").unlink()
+    assert "no claims.yaml" in "\n".join(problems(t, repo))
+    _write(t / "claims.yaml", "claims: []\n")
+    _write(t / "claims.csv", "id,seeds,needed,verdict\n")
     _write(t / "probe.csv", "config,seed\n")
     _write(t / "probe_provenance.txt", "seeds: 0, 1, 2\nnas_stab: 0.1.0 (commit unknown)\n")
     found = "\n".join(problems(t, repo))
@@ -194,6 +241,8 @@ def test_a_fixed_lr_figure_is_held_to_seeds_and_provenance_not_to_lr_bracketing(
     _write(t / "leaderboard.csv", "rank,label,seeds,grid_step,best,transfers\n1,a,5,0.0,0.03,inconclusive\n2,b,5,0.0,0.5,no\n")
     _write(t / "leaderboard_sizes.csv", "label,x,model.depth,x_star,censored,trains\na,a,3,-10,=,True\n")
     _write(t / "trials.csv", "wall_s\n5\n5\n")
+    _write(t / "claims.yaml", "claims: []\n")
+    _write(t / "claims.csv", "id,seeds,needed,verdict\n")
     assert problems(t, repo) == []
     _write(t / "leaderboard.csv", "rank,label,seeds,grid_step,best,transfers\n1,a,3,0.0,0.03,yes\n")
     found = "\n".join(problems(t, repo))

@@ -30,30 +30,46 @@ __all__ = ["COLUMNS", "evaluate"]
 LEVEL = 0.9
 N_BOOT = 2000
 COLUMNS = ("id", "paper", "says", "kind", "metric", "report", "lr_a", "lr_b", "seeds", "estimate", "lo", "hi", "sd",
-           "target", "needed", "power", "verdict")
+           "target", "criterion", "needed", "power", "verdict")
 
 
-def evaluate(claims: Sequence[Claim], trials: pd.DataFrame | None = None, slopes: pd.DataFrame | None = None, *,
-             board: pd.DataFrame | None = None, metric: str = "val_acc", lr_key: str = "train.lr",
-             classes: int | None = None, base: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """One row per claim (columns `COLUMNS`): `trials` the runs, `slopes` a probe's slopes, `board` the
-    leaderboard's rows (leaderboard.csv). `metric` is the table's validation metric (a claim may name
-    another), `base` the resolved spec (values of keys the runs do not search), `classes` the class count."""
+def evaluate(claims: Sequence[Claim], files: Mapping[str, pd.DataFrame], *, metric: str = "val_acc",
+             lr_key: str = "train.lr", classes: int | None = None, base: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """One row per claim (columns `COLUMNS`). `files` maps a table's file names (without .csv) to their
+    contents: ``trials`` (the runs), ``probe_slopes``, ``leaderboard`` and any run a claim names (`Claim.runs`).
+    `metric` is the table's validation metric (a claim may name another), `base` the resolved spec (values
+    of keys the runs do not search), `classes` the class count."""
     out = []
     for c in claims:
+        default = {"transfer": ("leaderboard",), "slope": ("probe_slopes",)}.get(c.kind, ("trials",))
+        names = c.runs or default
+        missing = [n for n in names if files.get(n) is None]
+        if missing:
+            raise RunError(f"claim {c.id}: the table has no {', '.join(n + '.csv' for n in missing)}")
+        data = pd.concat([files[n] for n in names], ignore_index=True) if len(names) > 1 else files[names[0]]
         if c.kind == "transfer":
-            if board is None:
-                raise RunError(f"claim {c.id}: a transfer claim needs the leaderboard (leaderboard.csv)")
-            out.append(_transfer(c, board))
+            row = _transfer(c, data)
         elif c.kind == "slope":
-            if slopes is None:
-                raise RunError(f"claim {c.id}: a slope claim needs the probe's slopes (probe_slopes.csv)")
-            out.append(_slope(c, slopes))
+            row = _slope(c, data)
         else:
-            if trials is None:
-                raise RunError(f"claim {c.id}: a {c.kind} claim needs the runs (trials.csv)")
-            out.append(_paired(c, trials, metric=c.metric or metric, lr_key=lr_key, classes=classes, base=base))
+            row = _paired(c, data, metric=c.metric or metric, lr_key=lr_key, classes=classes, base=base)
+        out.append({**row, "criterion": criterion(c, row["target"])})
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def criterion(c: Claim, target: float) -> str:
+    """What the claim is judged against, in words: the paper's effect, the margin, the bound, epsilon."""
+    if c.kind == "difference":
+        return f"effect {c.effect:g}"
+    if c.kind == "equivalence":
+        return f"within +-{c.margin:g}"
+    if c.kind == "transfer":
+        return f"regret within epsilon {target:.3g}"
+    if c.at_most is not None:
+        return f"slope <= {c.at_most:g}"
+    if c.at_least is not None:
+        return f"slope >= {c.at_least:g}"
+    return f"slope {c.expect:g} +- {c.margin:g}"
 
 
 def _select(df: pd.DataFrame, sel: Mapping[str, Any], what: str) -> pd.DataFrame:
@@ -245,12 +261,14 @@ def _transfer(c: Claim, board: pd.DataFrame) -> dict[str, Any]:
         need = MAX_SEEDS
         c_, lo, hi, eps = (float(row[k]) for k in ("worst_regret", "worst_regret_lo", "worst_regret_hi", "epsilon"))
         if all(math.isfinite(v) for v in (c_, lo, hi, eps)) and n > 1:
-            for k in range(n + 1, 1001):
+            for k in range(n + 1, MAX_SEEDS):
                 f = shrink(n, k)
                 if c_ + (hi - c_) * f <= eps or c_ - (c_ - lo) * f > eps:
                     need = k
                     break
     verdict = str(row["transfers"])
+    if verdict == "inconclusive":
+        verdict = f"underpowered: needs {_count(need)} seeds"
     return {"id": c.id, "paper": c.paper, "says": c.says, "kind": c.kind, "metric": "worst_regret", "report": "",
             "lr_a": math.nan, "lr_b": math.nan, "seeds": n, "estimate": float(row["worst_regret"]),
             "lo": float(row["worst_regret_lo"]), "hi": float(row["worst_regret_hi"]), "sd": math.nan,

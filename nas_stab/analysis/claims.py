@@ -30,6 +30,10 @@ paper says the effect is. Three kinds:
   the seed count at which its worst_regret interval, shrinking like a t interval's half-width, first
   clears epsilon (the adaptive-seeds rule, `more_seeds`), or more than the most this reports.
 
+Every claim reads the table's own runs unless it names others: ``runs: confirm`` (a confirmation run at the
+lrs a pilot chose, stored beside the table as ``confirm.csv``), or a list (``[trials, postln_grid]``: a
+row's grid extended by a later run). For a slope claim the default is ``probe_slopes``.
+
 The sd of a pilot is itself an estimate: "needs N seeds" is a plan for the next run, not a guarantee.
 """
 from __future__ import annotations
@@ -73,6 +77,7 @@ class Claim:
     expect: float = 0.0
     at_most: float | None = None
     at_least: float | None = None
+    runs: tuple[str, ...] = ()
 
 
 _REQUIRED = ("id", "paper", "says", "kind")
@@ -123,6 +128,9 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     for k in _NUMBERS:
         if item.get(k) is not None and (isinstance(item[k], bool) or not isinstance(item[k], (int, float))):
             err(f"must be a number, got {item[k]!r}", k)
+    runs = item.get("runs", [])
+    if not (isinstance(runs, str) or (isinstance(runs, list) and all(isinstance(r, str) for r in runs))):
+        err("must be the name (or a list of names) of the table's run files, e.g. trials or confirm", "runs")
     for k in ("a", "b"):
         if k in item and not isinstance(item[k], Mapping):
             err("must be a mapping of key: value that selects runs (or a probe's slope row)", k)
@@ -131,7 +139,10 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     _kind_rules(item, err)
     if len(errors) > n0:
         return None
-    return Claim(**{k: (dict(v) if k in ("a", "b") else v) for k, v in item.items()})
+    args = {k: (dict(v) if k in ("a", "b") else v) for k, v in item.items()}
+    if "runs" in args:
+        args["runs"] = (args["runs"],) if isinstance(args["runs"], str) else tuple(args["runs"])
+    return Claim(**args)
 
 
 def _kind_rules(item: Mapping[str, Any], err) -> None:
