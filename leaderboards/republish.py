@@ -172,6 +172,7 @@ def republish(d: Path) -> None:
             atomic_write(d / f"leaderboard.{fmt}", F.render(fmt, a, prov, plots_png=pngs, plots_paths=links))
         atomic_write(d / "leaderboard_cells.csv", F.to_cells_csv(a))
         atomic_write(d / "leaderboard_sizes.csv", F.to_sizes_csv(a))
+        atomic_write(d / "leaderboard_edges.csv", F.to_edges_csv(a))
         atomic_write(d / "leaderboard_provenance.txt", F.provenance_text(a, prov))
     for r in a.rows.to_dict("records"):
         print(f"  {r['rank']}. {r['label']}: {r['transfers']} ({r['why']})")

@@ -53,6 +53,8 @@ def evaluate(claims: Sequence[Claim], files: Mapping[str, pd.DataFrame], *, metr
             row = _slope(c, data)
         else:
             row = _paired(c, data, metric=c.metric or metric, lr_key=lr_key, classes=classes, base=base)
+        if c.caveat and not row["verdict"].startswith("underpowered"):
+            row["verdict"] = f"{row['verdict']} ({c.caveat})"
         out.append({**row, "criterion": criterion(c, row["target"])})
     return pd.DataFrame(out, columns=list(COLUMNS))
 

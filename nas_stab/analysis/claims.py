@@ -6,10 +6,12 @@ paper says the effect is. Three kinds:
 - ``difference``: configuration `a` beats `b` on the table's metric by the paper's `effect` (in the
   metric's units). Each side is trained over the same seeds; its learning rate is chosen on the
   validation metric (``lr: best``, its best grid lr by seed mean), or carried (``lr: a``: `b` at the lr
-  chosen for `a`), or fixed (a number, or ``{a: lr, b: lr}``: a confirmation run at the lrs a pilot chose). The result is reported on the held-out metric (`report`, by
-  default ``test_acc`` for ``val_acc``, ``test_bleu`` for ``bleu``): the lr is never picked and scored on
-  the same split. The per-seed difference a - b gives a mean, its 90% t-interval (a one-sided test at
-  5% on each side) and a standard deviation, the pilot's, from which `power.seeds_needed` says how many
+  chosen for `a`), or fixed (a number, or ``{a: lr, b: lr}``: a confirmation run at the lrs a pilot
+  chose). The result is reported on the held-out metric (`report`, by default ``test_acc`` for
+  ``val_acc``, ``test_bleu`` for ``bleu``): the lr is never picked and scored on the same split. The
+  per-seed difference a - b gives a mean, its 90% interval (a seed bootstrap that chooses the lrs again
+  in every replicate; the t-interval where both lrs are fixed: a one-sided test at 5% on each side) and
+  a standard deviation, the pilot's, from which `power.seeds_needed` says how many
   seeds the paper's effect needs (power 0.8). Verdicts: ``replicates`` (interval above 0),
   ``reversed`` (below 0), ``does not replicate`` (enough seeds, and the interval's upper end below the
   paper's effect), ``underpowered: needs N seeds`` (fewer seeds run than needed: no verdict), else
@@ -33,6 +35,9 @@ paper says the effect is. Three kinds:
 Every claim reads the table's own runs unless it names others: ``runs: confirm`` (a confirmation run at the
 lrs a pilot chose, stored beside the table as ``confirm.csv``), or a list (``[trials, postln_grid]``: a
 row's grid extended by a later run). For a slope claim the default is ``probe_slopes``.
+
+A ``caveat`` (text) is printed beside a decided verdict: what limits it that the statistic cannot see (a
+baseline under the protocol's accuracy bar, an optimum at a collapse edge).
 
 The sd of a pilot is itself an estimate: "needs N seeds" is a plan for the next run, not a guarantee.
 """
@@ -78,6 +83,7 @@ class Claim:
     at_most: float | None = None
     at_least: float | None = None
     runs: tuple[str, ...] = ()
+    caveat: str = ""
 
 
 _REQUIRED = ("id", "paper", "says", "kind")
@@ -122,6 +128,8 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     for k in item:
         if k not in known:
             err(f"unknown key {k!r}; expected one of {', '.join(sorted(known))}", str(k))
+    if not isinstance(item.get("caveat", ""), str):
+        err("must be a text (what limits a decided verdict; it is printed beside it)", "caveat")
     for k in _REQUIRED:
         if not isinstance(item.get(k), str) or not item[k].strip():
             err("required: a non-empty text", k)
@@ -139,7 +147,7 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     _kind_rules(item, err)
     if len(errors) > n0:
         return None
-    args = {k: (dict(v) if k in ("a", "b") else v) for k, v in item.items()}
+    args: dict[str, Any] = {k: (dict(v) if k in ("a", "b") else v) for k, v in item.items()}
     if "runs" in args:
         args["runs"] = (args["runs"],) if isinstance(args["runs"], str) else tuple(args["runs"])
     return Claim(**args)

@@ -18,6 +18,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nas_stab.analysis.edges import edges
 from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
 from nas_stab.csvsafe import escape_frame  # no spreadsheet formula from a value
@@ -35,6 +36,7 @@ __all__ = [
     "summary",
     "to_cells_csv",
     "to_sizes_csv",
+    "to_edges_csv",
     "to_csv",
     "to_html",
     "to_latex",
@@ -171,6 +173,20 @@ def to_sizes_csv(a: Analysis) -> str:
     df = df[list(dict.fromkeys(front + list(df.columns)))]
     buf = io.StringIO()
     escape_frame(df).to_csv(buf, index=False, lineterminator="\n")
+    return buf.getvalue()
+
+
+def to_edges_csv(a: Analysis) -> str:
+    """Per row label and size: the recorded stability metrics at its best lr and at the lr where its runs
+    start to diverge (`analysis.edges`)."""
+    st = a.settings
+    df = edges(a).rename(columns={"size": st.transfer_key or "size", "lr": st.lr_key})
+    if st.transfer_key:
+        df[st.transfer_key] = df[st.transfer_key].map(fmt_value)
+    else:
+        df = df.drop(columns=["size"])
+    buf = io.StringIO()
+    escape_frame(df).to_csv(buf, index=False, lineterminator="\n", float_format="%.6g")
     return buf.getvalue()
 
 

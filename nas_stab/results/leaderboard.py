@@ -337,6 +337,7 @@ def _write_format(fmt: str, a: Analysis, prov: list[tuple[str, str]], transfer_s
     if fmt == "csv":
         written["cells_csv"] = atomic_write(out / "leaderboard_cells.csv", _formats.to_cells_csv(a, prov))
         written["sizes_csv"] = atomic_write(out / "leaderboard_sizes.csv", _formats.to_sizes_csv(a))
+        written["edges_csv"] = atomic_write(out / "leaderboard_edges.csv", _formats.to_edges_csv(a))
         written["provenance"] = atomic_write(out / "leaderboard_provenance.txt", _formats.provenance_text(a, prov))
         if transfer_spec is not None:
             written["pareto_csv"] = atomic_write(out / "pareto.csv", _pareto.pareto_csv(a, transfer_spec))
