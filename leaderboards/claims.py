@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import math
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ from nas_stab.analysis.claim_verdicts import evaluate  # noqa: E402
 from nas_stab.analysis.claims import load_claims  # noqa: E402
 from nas_stab.analysis.power import MAX_SEEDS  # noqa: E402
 from nas_stab.analysis.settings import CLASSES  # noqa: E402
-from nas_stab.analysis.values import lookup  # noqa: E402
+from nas_stab.analysis.values import fill_base, lookup  # noqa: E402
 from nas_stab.csvsafe import csv_cell  # noqa: E402
 
 BOARDS = ROOT / "leaderboards"
@@ -48,10 +49,23 @@ def judge(table: Path) -> pd.DataFrame:
     classes = CLASSES.get(str(lookup(spec, "task.dataset.name"))) if lookup(spec, "task.kind") == "classification" else None
     names = {"trials", "probe_slopes", "leaderboard"} | {n for c in claims for n in c.runs}
     files = {n: pd.read_csv(table / f"{n}.csv") for n in names if (table / f"{n}.csv").is_file()}
+    keys = [lookup(spec, "leaderboard.lr") or "train.lr", *{k for c in claims for k in (*c.a, *c.b)}]
+    for n in set(files) - {"trials", "probe_slopes", "leaderboard"}:
+        files[n] = fill_base(files[n], keys, own_spec(table, n))
     out = evaluate(claims, files, metric=str(metric), lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"),
                    classes=classes, base=spec)
     out.insert(0, "table", table.name)
     return out
+
+
+def own_spec(table: Path, name: str) -> dict:
+    """The experiment file of a run stored beside the table (``<name>.csv``), named by the ``spec:`` line of
+    its ``<name>_provenance.txt``: its base values fill the keys the run did not search."""
+    prov = table / f"{name}_provenance.txt"
+    m = re.search(r"^spec: ([\w-]+) \(hash", prov.read_text(encoding="utf-8"), re.M) if prov.is_file() else None
+    if m is None:
+        raise SystemExit(f"{prov}: no 'spec: NAME (hash ...)' line naming the experiment file of {name}.csv")
+    return experiment_data(spec_file(m.group(1)))
 
 
 def csv_text(df: pd.DataFrame) -> str:

@@ -101,6 +101,16 @@ def _claims_problems(table: Path) -> list[str]:
     if not (table / "claims.csv").exists():
         return ["claims.yaml is not judged (no claims.csv: run python leaderboards/claims.py)"]
     out = []
+    declared = yaml.safe_load((table / "claims.yaml").read_text(encoding="utf-8")) or {}
+    extra = {n for c in declared.get("claims") or [] for n in ([c["runs"]] if isinstance(c.get("runs"), str) else c.get("runs") or [])}
+    for name in sorted(extra - {"trials", "probe_slopes", "leaderboard"}):
+        prov = table / f"{name}_provenance.txt"
+        if not (table / f"{name}.csv").exists() or not prov.exists():
+            out.append(f"claims read {name}.csv: it needs {name}.csv and {name}_provenance.txt beside it")
+            continue
+        for c in re.findall(r"commit ([0-9a-f]{7,40}(?:\+dirty)?|unknown)", prov.read_text(encoding="utf-8")) or ["missing"]:
+            if c.endswith("+dirty") or c in ("unknown", "missing"):
+                out.append(f"{prov.name}: produced from {c}, not a clean commit")
     for r in _rows(table / "claims.csv"):
         verdict = r.get("verdict", "")
         decided = verdict.split(" (")[0] in DECIDED
