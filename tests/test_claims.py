@@ -165,7 +165,7 @@ def test_transfer_claims_read_the_leaderboard_row_and_extrapolate_the_seeds():
 
 def test_a_claim_can_read_a_confirmation_run_and_a_list_of_runs():
     rng = np.random.default_rng(6)
-    pilot, confirm = _runs(rng, 3, gap=0.02, sd=0.01, curve=(0.0, 0.05, 0.0)), _runs(rng, 20, gap=0.02, sd=0.01, lrs=(0.05,), curve=(0.0,))
+    pilot, confirm = _runs(rng, 3, gap=0.02, sd=0.01, curve=(0.0, 0.05, 0.0)), _runs(rng, 20, gap=0.02, sd=0.01, lrs=(0.05,), curve=(0.05,))
     c = _claim(runs=("confirm",), lr={"a": 0.05, "b": 0.05})
     r = evaluate([c], {"trials": pilot, "confirm": confirm}).iloc[0]
     assert r["seeds"] == 20 and r["verdict"] == "replicates"
@@ -204,7 +204,7 @@ def _write_ok():
     ("claims:\n  - id: d\n    paper: P\n    says: s\n    kind: differnce\n    a: {x: 1}\n", 5, "claims[0].kind", "unknown kind"),
     ("claims:\n  - id: d\n    paper: P\n    says: s\n    kind: slope\n    a: {x: 1}\n    at_most: 1\n    bogus: 2\n", 8,
      "claims[0].bogus", "unknown key"),
-    ("claims:\n  - id: d\n    paper: P\n    says: s\n    kind: equivalence\n    a: {x: 1}\n    b: {x: 2}\n    margin: -1\n", 2,
+    ("claims:\n  - id: d\n    paper: P\n    says: s\n    kind: equivalence\n    a: {x: 1}\n    b: {x: 2}\n    margin: -1\n", 8,
      "claims[0].margin", "margin"),
     ("claims:\n  - id: d\n    paper: P\n    says: s\n    kind: difference\n    a: {x: 1}\n    b: {x: 2}\n    effect: 1\n"
      "    lr: fast\n", 9, "claims[0].lr", "positive number"),

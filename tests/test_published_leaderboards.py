@@ -269,3 +269,17 @@ def test_every_table_says_which_command_trained_it():
             continue  # a probe: its provenance's command is the probe itself
         lines = [ln for ln in prov.read_text(encoding="utf-8").splitlines() if ln.startswith("trained by: ")]
         assert lines and "nas-stab run " in lines[0] and "(commit " in lines[0], (table.name, lines)
+
+
+def test_a_stored_run_a_claim_reads_needs_its_provenance(tmp_path):
+    """A confirmation run stored beside the table (confirm.csv) is evidence like trials.csv: it needs its
+    provenance from a clean commit."""
+    t = tmp_path / "leaderboards" / "t"
+    _write(t / "claims.yaml", "claims:\n  - {id: c, paper: P, says: s, kind: difference, runs: confirm, a: {x: 1}, b: {x: 2}, effect: 1}\n")
+    _write(t / "claims.csv", "id,seeds,needed,verdict\nc,30,20,replicates\n")
+    assert "needs confirm.csv and confirm_provenance.txt" in "\n".join(_claims_problems(t))
+    _write(t / "confirm.csv", "x,seed\n")
+    _write(t / "confirm_provenance.txt", "spec: t-confirm (hash 1)\nnas_stab: 0.1.0 (commit 1234567abcde+dirty)\n")
+    assert "confirm_provenance.txt: produced from 1234567abcde+dirty" in "\n".join(_claims_problems(t))
+    _write(t / "confirm_provenance.txt", "spec: t-confirm (hash 1)\nnas_stab: 0.1.0 (commit 1234567abcde)\n")
+    assert _claims_problems(t) == []
