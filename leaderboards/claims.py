@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import re
 import math
+import re
 import sys
 from pathlib import Path
 
