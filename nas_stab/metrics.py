@@ -58,6 +58,22 @@ OBJECTIVES = sorted(
 )
 
 
+# Metrics measured once on the held-out test split at the end of a run (trials.csv columns): what a leaderboard
+# reports at the learning rate chosen on a validation metric (leaderboard.report, docs/leaderboard.md)
+HELD_OUT = ("test_acc", "test_loss", "test_bleu")
+REPORTS = sorted(set(OBJECTIVES) | set(HELD_OUT))  # the metrics leaderboard.report may name
+
+
+def held_out(metric: str) -> str | None:
+    """The held-out counterpart of a validation metric: val_<x> -> test_<x>, bleu -> test_bleu; None for any
+    other metric (a training loss, a stability metric, a test metric itself)."""
+    if metric == "bleu":
+        return "test_bleu"
+    if metric.startswith("val_"):
+        return "test_" + metric[len("val_"):]
+    return None
+
+
 def direction(metric: str) -> Direction:
     """'maximize' for accuracy and BLEU, 'minimize' for losses and stability metrics."""
     return "maximize" if metric in MAXIMIZE else "minimize"

@@ -7,5 +7,6 @@ it) and the results (the leaderboard), below both: it imports only the configura
 - `table.analyze(trials, ...)` -> `table.Analysis` (``rows``: the ranked leaderboard, ``cells``: row x size x lr);
 - `optimum`: each size's optimum and its interval; `verdicts`: the transfer verdicts; `intervals`: Student-t
   and bootstrap intervals; `values`: canonical values and their display; `more_seeds`: where adaptive seeds go;
-  `calibration`: the verdicts' error rates on simulated sweeps.
+  `calibration`: the verdicts' error rates on simulated sweeps; `plateau`: whether each optimum is bracketed
+  by its seeds (reported only); `report`: the held-out metric reported at the lrs chosen.
 """

@@ -371,7 +371,7 @@ def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float
         dlo = dhi = np.full(present.shape, np.nan)
     sizes = pd.DataFrame({
         "_k": ki, "_s": ss, "x_star": xs0, "x_lo": xlo[ki, ss], "x_hi": xhi[ki, ss], "best_lr": np.exp2(xs0),
-        "grid_lr": lr_float[grid_l],
+        "grid_lr": lr_float[grid_l], "_grid_l": grid_l,
         "censored": np.where(cens == -1, "<=", np.where(cens == 1, ">=", np.where(cens == 2, "=", ""))),
         "refined": point["curved"][0][ki, ss], "seeds": n_size[ki, ss], "rest_seeds": n_rest[ki, ss],
         "trains": trains[ki, ss], "all_diverged": all_div,

@@ -25,7 +25,7 @@ def dataset_classes(spec: Spec) -> int | None:
 
 def settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The analysis settings of a run: its typed ``leaderboard:`` section (defaults from the schema),
-    then `overrides` (lr, transfer, compare, metric, reference, tolerance: ``tolerance_octaves``)."""
+    then `overrides` (lr, transfer, compare, metric, reference, tolerance: ``tolerance_octaves``, report)."""
     lb = spec.leaderboard
     over = {("tolerance_octaves" if k == "tolerance" else k): v for k, v in (overrides or {}).items() if v is not None}
 
@@ -52,5 +52,6 @@ def settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str
         "tolerance": tolerance,
         "criterion": str(pick("criterion") or "regret"),
         "epsilon": pick("epsilon"),
+        "report": pick("report"),
         "classes": dataset_classes(spec),
     }

@@ -45,6 +45,8 @@ from nas_stab import metrics
 from nas_stab.analysis.labels import label_codes, label_rows, label_tables
 from nas_stab.analysis.no_learning import _BLEU, NoLearning, counted_values, no_learning, no_learning_level, stuck_undefined
 from nas_stab.analysis.optimum import EPS, estimate
+from nas_stab.analysis.plateau import bracket_columns, plateau_counts
+from nas_stab.analysis.report import report_at, report_cells, report_metric
 from nas_stab.analysis.values import NONE, canon, fill_base, fmt_value, value_codes
 from nas_stab.analysis.verdicts import CRITERIA, DEFAULT_EPSILON, parse_epsilon, rank, stable, verdicts
 from nas_stab.errors import RunError
@@ -76,6 +78,8 @@ class Settings:
     boot_seed: int = 0
     notes: tuple[str, ...] = ()
     stuck_na: str = ""  # why the `stuck` column is empty (no task-defined no-learning level); "" when it is counted
+    report: str | None = None  # leaderboard.report: the metric reported at the lrs chosen on `metric` (None: no report)
+    report_m0: float = math.nan  # the report metric's no-learning value (diverged and failed runs count with it)
 
 
 @dataclass
@@ -103,6 +107,7 @@ def analyze(
     tolerance: float = 1.0,
     epsilon: float | str | None = None,
     criterion: str = "regret",
+    report: str | None = None,
     classes: int | None = None,
     m0: float | None = None,
     margin: float | None = None,
@@ -122,13 +127,15 @@ def analyze(
         epsilon: ``leaderboard.epsilon``, the regret a "yes" allows: a number in the metric's units, or a
             string ``"N%"`` of the row's gap between its best value and m0 (default `DEFAULT_EPSILON`).
         criterion: ``leaderboard.criterion``: "regret" (default) or "drift".
+        report: ``leaderboard.report``: the metric reported at the cells chosen on `metric`; None (default) its
+            held-out counterpart when the trials record it (val_acc -> test_acc), "none" no report.
         classes: the task's class count (sets the no-learning value of accuracy and losses).
         m0, margin: override the no-learning value and the "trains" margin.
         base: the resolved spec (nested mapping), for keys that are not columns.
         n_boot, ci, boot_seed: the paired seed bootstrap of the intervals.
 
     Raises:
-        RunError: the metric column is missing, or no row has a usable learning rate.
+        RunError: the metric column (or a named report metric) is missing, or no row has a usable learning rate.
     """
     compare = tuple(compare or ())
     notes: list[str] = []
@@ -147,16 +154,24 @@ def analyze(
     rows, sizes = estimate(per_seed, cells, sign=sign, thr=sign * level.m0 + margins, lr_float=lr_float, size_num=size_num,
                            ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
     sizes["bracket_end"] = _bracket_ends(df, coded.label_codes, coded.size_codes, sizes)
+    sizes = sizes.join(bracket_columns(sizes, cells, sign))
     rows = _row_facts(rows, cells, lr_float, sign, level, eps_rel, eps_abs)
+    rows["plateaus"] = plateau_counts(sizes, rows.index)
+    report = report_metric(report, metric, df)
+    rep_cells, rep_level = report_cells(df, coded.rec, report, classes) if report else (None, None)
+    _add_report(sizes, rows, rep_cells)
     verdicts(rows, sizes, size_vals, lr_float, tolerance=float(tolerance), sized=bool(transfer), criterion=criterion)
     rows = rank(label_rows(rows, sizes, label_vals, size_vals, compare), sign)
     sizes, cells, rec = label_tables(sizes, cells, coded.rec, df, label_vals, size_vals, compare, lr_float)
+    for c, v in report_at(rep_cells, cells["_k"], cells["_s"], cells["_l"]).items():  # after the cells' own columns
+        cells[c] = v.array
 
     settings = Settings(
         metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
         m0=level.m0, margin=level.margin, m0_source=level.how, tolerance=float(tolerance), other_keys=tuple(coded.other),
         epsilon=DEFAULT_EPSILON if epsilon is None else epsilon, criterion=criterion,
         n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes), stuck_na=level.stuck_na,
+        report=report, report_m0=rep_level.m0 if rep_level else math.nan,
     )
     return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
 
@@ -298,6 +313,7 @@ def _row_facts(rows: pd.DataFrame, cells: pd.DataFrame, lr_float: np.ndarray, si
     rows["best_n"] = top["n"]
     trained = cg["n_ok"].sum() > 0
     rows["_best_s"] = top["_s"].where(trained, -1)
+    rows["_best_l"] = top["_l"].where(trained, -1)
     rows["best_lr"] = np.where(trained, lr_float[top["_l"].to_numpy()], np.nan)
     rows["runs"] = cg["n_runs"].sum()
     rows["diverged"] = cg["n_diverged"].sum() / rows["runs"]
@@ -311,6 +327,17 @@ def _row_facts(rows: pd.DataFrame, cells: pd.DataFrame, lr_float: np.ndarray, si
     gap = (sign * (rows["best"] - m0)).clip(lower=0.0)
     rows["epsilon"] = eps_abs if eps_rel is None else eps_rel * gap
     return rows.join(_largest_size(cells, lr_float))
+
+
+def _add_report(sizes: pd.DataFrame, rows: pd.DataFrame, rep_cells: pd.DataFrame | None) -> None:
+    """The report metric (`report.report_cells`; NaN without one) at each size's best grid lr (``report_at_best``,
+    ``report_std``, ``report_n``) and at each row's best cell (``best_report``, ``best_report_std``, ``best_report_n``)."""
+    at = report_at(rep_cells, sizes["_k"], sizes["_s"], sizes["_grid_l"])
+    for name, c in (("report_at_best", "report_mean"), ("report_std", "report_std"), ("report_n", "report_n")):
+        sizes[name] = at[c].array
+    at = report_at(rep_cells, rows.index, rows["_best_s"], rows["_best_l"])
+    for name, c in (("best_report", "report_mean"), ("best_report_std", "report_std"), ("best_report_n", "report_n")):
+        rows[name] = at[c].array
 
 
 BRACKET_END = "bracket_end"  # a trials column: the end of the run's bracket sweep (set by load_analysis)

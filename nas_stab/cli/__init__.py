@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--criterion", choices=("regret", "drift"), help="what 'transfers' judges (default: the run's leaderboard.criterion, regret)")
     lb.add_argument("--epsilon", metavar="E", help="the regret a 'yes' allows: a number in the metric's units or a percentage "
                     "of the row's gap between its best and the no-learning value (default: leaderboard.epsilon, 3%%)")
+    lb.add_argument("--report", metavar="METRIC", help="the metric reported at each size's lr chosen on --metric (default: the run's "
+                    "leaderboard.report, else the held-out counterpart: val_acc -> test_acc, bleu -> test_bleu); none: no report")
     lb.set_defaults(func=cmd_leaderboard)
 
     st = sub.add_parser("status", help="trials by status, best so far, time used and left")

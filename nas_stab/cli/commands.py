@@ -196,11 +196,13 @@ def cmd_leaderboard(args) -> int:
         except ValueError as e:
             raise SpecError(str(e), key="--epsilon") from None
     overrides = {"metric": args.metric, "transfer": args.transfer, "lr": args.lr, "tolerance": args.tolerance,
-                 "criterion": args.criterion, "epsilon": args.epsilon,
+                 "criterion": args.criterion, "epsilon": args.epsilon, "report": args.report,
                  "compare": tuple(k.strip() for k in args.compare.split(",") if k.strip()) if args.compare is not None else None,
                  "reference": number_or_text(args.reference) if args.reference is not None else None}
     if args.metric is not None and args.metric not in metrics.OBJECTIVES:
         raise SpecError(f"unknown metric {args.metric!r}" + did_you_mean(args.metric, metrics.OBJECTIVES), key="--metric")
+    if args.report is not None and args.report != "none" and args.report not in metrics.REPORTS:
+        raise SpecError(f"unknown metric {args.report!r} (or none)" + did_you_mean(args.report, metrics.REPORTS), key="--report")
     if args.tolerance is not None and not args.tolerance > 0:
         raise SpecError(f"must be > 0 octaves, got {args.tolerance}", key="--tolerance")
     paths = build_leaderboard([Path(d) for d in args.run_dirs], formats=formats, out_dir=Path(args.out) if args.out else None,

@@ -49,6 +49,8 @@ def check_leaderboard(spec: Spec, ctx: RuleCtx, *, stored: bool = False, axes: b
         raise ctx.error(("leaderboard", "epsilon"), str(e)) from None
     if lb.metric is not None and lb.metric not in metrics.OBJECTIVES:
         raise ctx.error(("leaderboard", "metric"), f"unknown metric {lb.metric!r}" + did_you_mean(lb.metric, metrics.OBJECTIVES))
+    if lb.report is not None and lb.report != "none" and lb.report not in metrics.REPORTS:
+        raise ctx.error(("leaderboard", "report"), f"unknown metric {lb.report!r} (or 'none')" + did_you_mean(lb.report, metrics.REPORTS))
 
 
 def is_lr_key(key: str) -> bool:

@@ -292,6 +292,9 @@ class LeaderboardConfig:
                                                          "it serves worst, within epsilon; drift = how far the optimum moves, within tolerance_octaves")
     epsilon: float | str = _f("3%", "the regret a 'yes' allows (criterion: regret): a number in the metric's units (0.01 = one point of accuracy), or a "
                                     "percentage of the row's gap between its best value and the no-learning value ('3%')")
+    report: str | None = _f(None, "the metric reported at each size's lr chosen on metric (never re-optimized on it): default (null) the held-out "
+                                  "counterpart of metric when the trials record it (val_acc -> test_acc, val_loss -> test_loss, bleu -> test_bleu), "
+                                  "none without one; 'none' for no report, or a metric name (docs/leaderboard.md, Reported on a held-out split)")
 
 
 @dataclass(frozen=True)

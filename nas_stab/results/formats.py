@@ -23,7 +23,7 @@ from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
 from nas_stab.csvsafe import escape_frame  # no spreadsheet formula from a value
 from nas_stab.results.html_page import to_html
-from nas_stab.results.tables import DEFINITIONS, Provenance, best_lrs, bracketed, display_table, settings_items, summary, title
+from nas_stab.results.tables import DEFINITIONS, Provenance, best_lrs, bracketed, display_table, report_lines, settings_items, summary, title
 
 __all__ = [
     "FORMATS",
@@ -90,6 +90,8 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
     if desc:
         out += [escape_md(desc), ""]
     out += [f"**Summary**: {escape_md(summary(a))}", ""]
+    for name, line in report_lines(a):
+        out += [f"**{name}**: {escape_md(line)}", ""]
     out.append("| " + " | ".join(escape_md(h) for h in headers) + " |")
     out.append("|" + "|".join("---:" if _is_num_col(text, i) else "---" for i in range(len(headers))) + "|")
     for row in text:
@@ -125,6 +127,7 @@ CSV_COLUMNS = [
     "stable_octaves", "stable_lr_min", "stable_lr_max", "best", "best_std", "best_n", "best_size", "best_lr",
     "reference_size", "sizes", "seeds", "runs", "diverged", "stuck", "pruned", "m0", "margin",
     "epsilon", "transfer_worst", "transfer_worst_lo", "transfer_worst_hi", "min_seeds", "largest_diverged", "largest_window",
+    "plateaus", "best_report", "best_report_std", "best_report_n",  # appended (issue 38): readers that index columns keep working
 ]
 
 

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 
 from nas_stab.analysis.table import Analysis
-from nas_stab.results.tables import DEFINITIONS, Provenance, bracketed, cells_table, display_table, settings_items, summary, title
+from nas_stab.results.tables import DEFINITIONS, Provenance, bracketed, cells_table, display_table, report_lines, settings_items, summary, title
 
 __all__ = ["figure_html", "html_table", "to_html"]
 
@@ -85,6 +85,7 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
     if prov.get("description"):
         out.append(f'<p class="description">{e(prov["description"])}</p>')
     out.append(f'<p class="summary"><strong>Summary</strong>: {e(summary(a))}</p>')
+    out += [f"<p><strong>{e(name)}</strong>: {e(line)}</p>" for name, line in report_lines(a)]
     out.append(_html_table("leaderboard", headers, text, keys))
     out.append(f"<p>Columns are defined in <code>{e(DEFINITIONS)}</code> (in the nas_stab repository): "
                "<code>transfers</code> is yes / no / inconclusive and <code>why</code> gives the reason; "

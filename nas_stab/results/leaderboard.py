@@ -66,7 +66,7 @@ def _read(run_dir: Path) -> Run:
 def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command: str | None = None,
                   overrides: Mapping[str, Any] | None = None) -> tuple[Analysis, list[tuple[str, str]], list[Run]]:
     """Read and analyze one or more runs: (analysis, provenance, runs). `overrides` replace the
-    stored ``leaderboard:`` settings (lr, transfer, compare, metric, reference, tolerance)."""
+    stored ``leaderboard:`` settings (lr, transfer, compare, metric, reference, tolerance, report)."""
     unique = {Path(d).resolve(): Path(d) for d in run_dirs}  # a run named twice counts once
     runs = [_read(d) for d in unique.values()]
     if not runs:
@@ -151,7 +151,7 @@ def _check_same_setting(cfg: Mapping[str, Any], runs: list[Run]) -> None:
 
 
 FLAGS = {"lr": "--lr", "transfer": "--transfer", "compare": "--compare", "metric": "--metric",
-         "reference": "--reference", "tolerance_octaves": "--tolerance"}
+         "reference": "--reference", "tolerance_octaves": "--tolerance", "report": "--report"}
 
 
 class _Unchanged(SpecError):
@@ -204,6 +204,10 @@ def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:
     if not any(m in r.trials.columns for r in runs):
         have = sorted({c for r in runs for c in r.trials.columns if c in metrics.OBJECTIVES})
         raise SpecError(f"no run recorded the metric {m!r}; recorded: {', '.join(have) or 'none'}", key="--metric")
+    rep = cfg.get("report")
+    if rep not in (None, "none") and not any(rep in r.trials.columns for r in runs):
+        have = sorted({c for r in runs for c in r.trials.columns if c in metrics.REPORTS})
+        raise SpecError(f"no run recorded the report metric {rep!r}; recorded: {', '.join(have) or 'none'} (or: none)", key="--report")
 
 
 # ---------------------------------------------------------------- writing

@@ -12,8 +12,8 @@ from nas_stab.analysis.intervals import factor
 from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
 
-__all__ = ["DEFINITIONS", "END_MARKS", "Provenance", "best_lrs", "bracketed", "cells_table", "display_table", "num", "settings_items", "summary",
-           "title"]
+__all__ = ["DEFINITIONS", "END_MARKS", "Provenance", "best_lrs", "bracketed", "cells_table", "display_table", "num", "report_lines",
+           "settings_items", "summary", "title"]
 
 DEFINITIONS = "docs/leaderboard.md"
 
@@ -65,6 +65,10 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
             f"'yes' needs the whole lr_drift interval within {num(st.tolerance)} octave(s), 'no' its lower end above it")
             + "; a yes or a no needs at least 3 seeds in every cell an optimum rests on"),
         ("tolerance", f"{num(st.tolerance)} octave(s) of lr_drift (the drift criterion)"),
+        ("report", f"lr chosen on {st.metric}, reported on {st.report} at the cells chosen (best_report, report_at_best; never "
+                   f"re-optimized on {st.report}); diverged and failed runs count as its no-learning value {num(st.report_m0)}, a complete "
+                   f"run without it is left out" if st.report else
+                   f"none: lr chosen and reported on {st.metric} (no held-out counterpart recorded, or leaderboard.report: none)"),
         ("intervals", f"{int(round(st.ci * 100))}% bootstrap over each size's seeds (paired across its lrs), {st.n_boot} replicates, seed {st.boot_seed}; "
                       "percentile intervals widened for the seed count (" + ", ".join(f"x{factor(n, st.ci):.2f} at {n} seeds" for n in (3, 5, 10)) + ")"),
         ("definitions", DEFINITIONS),
@@ -98,6 +102,27 @@ def summary(a: Analysis) -> str:
         top = a.rows.loc[(sign * a.rows["best"]).idxmax()]
         out.append(f"best: {top['label']} {num(top['best'])}")
     return "; ".join(out)
+
+
+def report_lines(a: Analysis, most: int = 8) -> list[tuple[str, str]]:
+    """(name, text) lines under a leaderboard's summary: the report metric at each row's best cell (``Report``),
+    and the sizes whose optimum is a plateau (``Plateaus``); at most `most` rows named in each."""
+    st, out = a.settings, []
+
+    def listed(parts: list[str]) -> str:
+        return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more" if len(parts) > most else "")
+
+    if st.report:
+        vals = [f"{r['label']} {num(r['best_report'])}" for r in a.rows.to_dict("records") if "best_report" in r]
+        out.append(("Report", f"lr chosen on {st.metric}, reported on {st.report}" + (f": {listed(vals)}" if vals else "")
+                    + f" ({st.report} at the cell of best; each size's at its best grid lr in leaderboard_sizes.csv, report_at_best)"))
+    if "bracket" in a.sizes.columns and (a.sizes["bracket"] == "plateau").any():
+        flat = a.sizes[a.sizes["bracket"] == "plateau"]
+        parts = [f"{lab} at {', '.join(fmt_value(v) for v in g['size'])}" if st.transfer_key else str(lab)
+                 for lab, g in flat.groupby("label", sort=False)]
+        out.append(("Plateaus", f"{listed(parts)} (the best grid lr within one standard error of a tried neighbour: the seeds do "
+                                "not resolve the optimum; bracket in leaderboard_sizes.csv)"))
+    return out
 
 
 def _no_best(r: Mapping[str, Any]) -> dict[str, str]:
