@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from nas_stab.analysis.claim_verdicts import evaluate
-from nas_stab.analysis.claims import Claim, held_out, load_claims
+from nas_stab.analysis.claims import Claim, load_claims
 from nas_stab.analysis.power import seeds_needed
 from nas_stab.errors import SpecError
 
@@ -171,11 +171,6 @@ def test_a_claim_can_read_a_confirmation_run_and_a_list_of_runs():
     assert r["seeds"] == 20 and r["verdict"] == "replicates"
     both = evaluate([_claim(runs=("trials", "confirm"))], {"trials": pilot, "confirm": confirm}).iloc[0]
     assert both["seeds"] == 20 and both["lr_a"] == 0.05  # pooled: seeds 0-2 of both files average per seed and lr
-
-
-def test_held_out_names():
-    assert (held_out("val_acc"), held_out("bleu"), held_out("val_loss"), held_out("val_foo"), held_out("train_loss")) == (
-        "test_acc", "test_bleu", "test_loss", "test_foo", "train_loss")
 
 
 def _write(tmp_path, text):

@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from nas_stab import metrics
-from nas_stab.analysis.claims import Claim, held_out
+from nas_stab.analysis.claims import Claim
 from nas_stab.analysis.intervals import widen_replicates
 from nas_stab.analysis.more_seeds import shrink
 from nas_stab.analysis.no_learning import counted_values, no_learning_level
@@ -131,7 +131,8 @@ def _paired(c: Claim, trials: pd.DataFrame, *, metric: str, lr_key: str, classes
     Where a side's lr is chosen from the runs (``lr: best``, or ``a``), the interval is a paired seed
     bootstrap that chooses it again in every replicate (the choice is part of the uncertainty), widened
     for the seed count; where both lrs are given, the t-interval of the per-seed differences."""
-    report = c.report or (held_out(metric) if held_out(metric) in trials.columns else metric)
+    counterpart = metrics.held_out(metric)  # the leaderboard's default report metric (analysis/report.py)
+    report: str = c.report or (counterpart if counterpart and counterpart in trials.columns else metric)
     df = fill_base(trials, [*c.a, *c.b, lr_key], base)
     if "seed" not in df.columns:
         df["seed"] = 0

@@ -51,17 +51,9 @@ from typing import Any
 from nas_stab.config.yamlio import Lines, line_of, load_yaml, read_text
 from nas_stab.errors import SpecError, SpecErrors
 
-__all__ = ["KINDS", "Claim", "held_out", "load_claims"]
+__all__ = ["KINDS", "Claim", "load_claims"]
 
 KINDS = ("difference", "equivalence", "slope", "transfer")
-_HELD_OUT = {"val_acc": "test_acc", "val_loss": "test_loss", "bleu": "test_bleu", "val_bleu": "test_bleu"}
-
-
-def held_out(metric: str) -> str:
-    """The held-out (test) counterpart of a validation metric: val_acc -> test_acc, bleu -> test_bleu."""
-    if metric in _HELD_OUT:
-        return _HELD_OUT[metric]
-    return "test_" + metric[4:] if metric.startswith("val_") else metric
 
 
 @dataclass(frozen=True)
