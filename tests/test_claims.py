@@ -153,13 +153,14 @@ def test_a_slope_interval_on_its_bound_says_how_many_seeds_would_resolve_it():
 
 def test_transfer_claims_read_the_leaderboard_row_and_extrapolate_the_seeds():
     board = pd.DataFrame([{"label": "x", "transfers": "inconclusive", "min_seeds": 5, "seeds": 5, "worst_regret": 0.01,
-                           "worst_regret_lo": 0.0, "worst_regret_hi": 0.03, "epsilon": 0.026},
+                           "worst_regret_lo": 0.0, "worst_regret_hi": 0.03, "epsilon": 0.026, "plateaus": 0, "sizes": 3},
                           {"label": "y", "transfers": "yes", "min_seeds": 5, "seeds": 5, "worst_regret": 0.0,
-                           "worst_regret_lo": 0.0, "worst_regret_hi": 0.01, "epsilon": 0.026}])
+                           "worst_regret_lo": 0.0, "worst_regret_hi": 0.01, "epsilon": 0.026, "plateaus": 2, "sizes": 3}])
     cs = [Claim(id=i, paper="p", says="t", kind="transfer", a={"label": i}) for i in ("x", "y")]
     out = evaluate(cs, {"leaderboard": board})
     need = int(out["needed"].iloc[0])
-    assert list(out["verdict"]) == [f"underpowered: needs {need} seeds", "yes"]
+    assert list(out["verdict"]) == [f"underpowered: needs {need} seeds",
+                                    "yes (2 of 3 optima on a plateau: where the optimum lies is not resolved)"]
     assert 5 < need < 20 and out["needed"].iloc[1] == 5
 
 

@@ -272,6 +272,9 @@ def _transfer(c: Claim, board: pd.DataFrame) -> dict[str, Any]:
     verdict = str(row["transfers"])
     if verdict == "inconclusive":
         verdict = f"underpowered: needs {_count(need)} seeds"
+    plateaus = int(row.get("plateaus") or 0) if pd.notna(row.get("plateaus")) else 0
+    if plateaus:  # the regret is measured at a plateau as well; where the optimum lies is not (docs/leaderboard.md)
+        verdict += f" ({plateaus} of {int(row['sizes'])} optima on a plateau: where the optimum lies is not resolved)"
     return {"id": c.id, "paper": c.paper, "says": c.says, "kind": c.kind, "metric": "worst_regret", "report": "",
             "lr_a": math.nan, "lr_b": math.nan, "seeds": n, "estimate": float(row["worst_regret"]),
             "lo": float(row["worst_regret_lo"]), "hi": float(row["worst_regret_hi"]), "sd": math.nan,
