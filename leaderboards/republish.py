@@ -1,6 +1,7 @@
 """Rebuild a published leaderboard from its stored trials.csv, without retraining.
 
     python leaderboards/republish.py leaderboards/tau-depth [leaderboards/... ...]
+    python leaderboards/republish.py --add runs/NAME [runs/...] leaderboards/TABLE   # add runs to a table
 
 A directory holding a probe (``probe.csv``) instead is rebuilt from it: the
 slopes, their intervals and ``probe.md`` are recomputed with the current code
@@ -41,6 +42,7 @@ from nas_stab.results import plots as P  # noqa: E402
 from nas_stab.results.leaderboard import PLOTS, atomic_write, load_analysis  # noqa: E402
 
 _COMMIT: list[str] = []
+SOURCE = "source_run"  # a stored trials.csv of runs that share seeds names each row's run in this column
 
 
 def code_commit() -> str:
@@ -149,7 +151,10 @@ def republish(d: Path) -> None:
             rd = Path(tmp) / run["name"]
             rd.mkdir()
             (rd / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-            t = trials if run["seeds"] is None else trials[trials["seed"].isin(run["seeds"])]
+            if SOURCE in trials.columns:  # runs that share seeds (a row's grid extended by a later run)
+                t = trials[trials[SOURCE] == run["name"]].drop(columns=SOURCE).dropna(axis=1, how="all")
+            else:
+                t = trials if run["seeds"] is None else trials[trials["seed"].isin(run["seeds"])]
             t.to_csv(rd / "trials.csv", index=False)
             dirs.append(rd)
             print(f"{d.name}: {run['name']} from {src.relative_to(ROOT)}, {len(t)} runs")
@@ -226,8 +231,45 @@ def republish_probe(d: Path) -> None:
     print(f"{d.name}: probe of {len(rows)} rows from {spec_file(name).relative_to(ROOT)}, {len(slope_rows)} slopes")
 
 
+def combine(d: Path, extra: list[Path]) -> None:
+    """Add the runs of `extra` run directories (trained from spaces/published/ at a clean commit) to the
+    published table `d`: its stored runs and theirs become one trials.csv with a ``source_run`` column, and a
+    provenance naming every run; `republish` then rebuilds the table from them."""
+    prov_old = old_provenance(d)
+    trials = pd.read_csv(d / "trials.csv")
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs, frames = [], []
+        for run in runs_of(prov_old):
+            src = spec_file(run["name"])
+            data = experiment_data(src)
+            data["meta"] = dict(run["meta"])
+            command = training_command(prov_old, run["name"], src)
+            if command:
+                data["meta"]["command"] = command
+            rd = Path(tmp) / run["name"]
+            rd.mkdir()
+            (rd / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            t = trials[trials[SOURCE] == run["name"]].drop(columns=SOURCE) if SOURCE in trials.columns else trials
+            t.to_csv(rd / "trials.csv", index=False)
+            dirs.append(rd)
+            frames.append(t.assign(**{SOURCE: run["name"]}))
+        for rd in extra:
+            name = yaml.safe_load((rd / "spec.yaml").read_text())["name"]
+            spec_file(name)  # the run's experiment file must be published
+            dirs.append(rd)
+            frames.append(pd.read_csv(rd / "trials.csv").assign(**{SOURCE: name}))
+        a, prov, _ = load_analysis(dirs, command=f"python leaderboards/republish.py {_shown(d)}")
+        prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
+    pd.concat(frames, ignore_index=True, sort=False).to_csv(d / "trials.csv", index=False)
+    atomic_write(d / "leaderboard_provenance.txt", F.provenance_text(a, prov))
+    republish(d)
+
+
 if __name__ == "__main__":
     code_commit()
+    if sys.argv[1:2] == ["--add"]:  # python leaderboards/republish.py --add RUN_DIR [RUN_DIR ...] TABLE_DIR
+        combine(Path(sys.argv[-1]).resolve(), [Path(p).resolve() for p in sys.argv[2:-1]])
+        raise SystemExit(0)
     for arg in sys.argv[1:] or sorted(str(p) for p in (ROOT / "leaderboards").iterdir() if p.is_dir() and p.name != "archive"):
         d = Path(arg).resolve()
         republish_probe(d) if (d / "probe.csv").is_file() and not (d / "trials.csv").is_file() else republish(d)
