@@ -253,11 +253,17 @@ def combine(d: Path, extra: list[Path]) -> None:
             t.to_csv(rd / "trials.csv", index=False)
             dirs.append(rd)
             frames.append(t.assign(**{SOURCE: run["name"]}))
-        for rd in extra:
-            name = yaml.safe_load((rd / "spec.yaml").read_text())["name"]
-            spec_file(name)  # the run's experiment file must be published
-            dirs.append(rd)
-            frames.append(pd.read_csv(rd / "trials.csv").assign(**{SOURCE: name}))
+        for rd in extra:  # as republish will read them: the published experiment file and the run's metadata
+            stored = yaml.safe_load((rd / "spec.yaml").read_text())
+            data = experiment_data(spec_file(stored["name"]))
+            data["meta"] = stored.get("meta") or {}
+            own = Path(tmp) / stored["name"]
+            own.mkdir()
+            (own / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            t = pd.read_csv(rd / "trials.csv")
+            t.to_csv(own / "trials.csv", index=False)
+            dirs.append(own)
+            frames.append(t.assign(**{SOURCE: stored["name"]}))
         a, prov, _ = load_analysis(dirs, command=f"python leaderboards/republish.py {_shown(d)}")
         prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
     pd.concat(frames, ignore_index=True, sort=False).to_csv(d / "trials.csv", index=False)
