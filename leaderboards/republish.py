@@ -115,14 +115,14 @@ def training_command(prov: list[tuple[str, str]], name: str, src: Path) -> str |
     made before runs recorded it, the `nas-stab run` line of its experiment file's "Reproduce" comment,
     labelled as such."""
     stored = dict(prov).get("trained by", "")
-    for pat in (rf"(?:^|; ){re.escape(name)}: (.*?) \(commit [\w+]+\)", r"^(.*?) \(commit [\w+]+\)$"):
+    for pat in (rf"(?:^|; ){re.escape(name)}: ([^;]*?) \(commit [\w+]+\)(?:;|$)", r"^([^;]*?) \(commit [\w+]+\)$"):
         m = re.search(pat, stored)
         if m and not m.group(1).startswith("unknown"):
             return m.group(1)
     for line in src.read_text(encoding="utf-8").splitlines():
         m = re.match(r"#\s+(nas-stab run \S+.*)$", line)
         if m:
-            return f"{m.group(1).strip()} [the experiment file's Reproduce line: the run predates recorded commands]"
+            return f"{m.group(1).strip()} [the experiment file's Reproduce line: the run did not record its command]"
     return None
 
 
