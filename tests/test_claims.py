@@ -219,3 +219,37 @@ def test_duplicate_ids_are_refused(tmp_path):
         f"  - {{id: d, paper: P, says: s, kind: slope, a: {{x: {i}}}, at_most: 1}}\n" for i in range(2))
     with pytest.raises(SpecError, match="duplicate claim id 'd'"):
         load_claims(_write(tmp_path, body))
+
+
+def test_nas_stab_claims_judges_a_run_directory(tmp_path, capsys):
+    """The command a user runs: a run directory's claims.yaml judged into claims.csv (the spec's base values
+    fill the keys it does not search: model.aggregation here), a confirmation file beside trials.csv read
+    with runs:, and a bad claims file reported with its line and key (exit 2)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "data"))
+    from lb_fixtures import make_run, spec_dict
+
+    from nas_stab.cli import main
+
+    rng = np.random.default_rng(7)
+    rows = [{"seed": s, "model.branches": b, "train.lr": lr, "val_acc": 0.9 + (0.02 if b == 4 else 0) + rng.normal(0, 0.003),
+             "test_acc": 0.9 + (0.02 if b == 4 else 0) + rng.normal(0, 0.003)}
+            for s in range(6) for b in (1, 4) for lr in (0.1, 0.2, 0.4)]
+    run = make_run(tmp_path, rows, spec=spec_dict(space={"model.branches": [1, 4], "train.lr": [0.1, 0.2, 0.4]}, seeds=range(6)),
+                   history=False)
+    pd.DataFrame([{**r, "seed": r["seed"] + 10} for r in rows if r["train.lr"] == 0.2]).to_csv(run / "confirm.csv", index=False)
+    (run / "claims.yaml").write_text(
+        "claims:\n"
+        "  - {id: more-branches, paper: P, says: C = 4 beats C = 1, kind: difference, a: {model.branches: 4, model.aggregation: sum},"
+        " b: {model.branches: 1}, effect: 0.01}\n"
+        "  - {id: confirmed, paper: P, says: the same, kind: difference, runs: confirm, a: {model.branches: 4},"
+        " b: {model.branches: 1}, lr: {a: 0.2, b: 0.2}, effect: 0.01}\n")
+    assert main(["claims", str(run)]) == 0
+    out = pd.read_csv(run / "claims.csv")
+    assert list(out["verdict"]) == ["replicates", "replicates"] and list(out["seeds"]) == [6, 6]
+    assert "more-branches: replicates" in capsys.readouterr().out
+    (run / "claims.yaml").write_text("claims:\n  - {id: x, paper: P, says: s, kind: difference, a: {x: 1}, b: {x: 2}}\n")
+    assert main(["claims", str(run)]) == 2
+    assert "claims.yaml:2: claims[0].effect" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import sys
 
 from nas_stab import __version__
 from nas_stab.cli.commands import (
+    cmd_claims,
     cmd_leaderboard,
     cmd_list,
     cmd_probe,
@@ -115,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--report", metavar="METRIC", help="the metric reported at each size's lr chosen on --metric (default: the run's "
                     "leaderboard.report, else the held-out counterpart: val_acc -> test_acc, bleu -> test_bleu); none: no report")
     lb.set_defaults(func=cmd_leaderboard)
+
+    cl = sub.add_parser("claims", help="judge a run's declared claims (claims.yaml), sized by power")
+    cl.add_argument("run_dir", help="a run directory (its trials.csv; any other NAME.csv in it is a claim's runs: NAME)")
+    cl.add_argument("--claims", help="the claims file (default: RUN_DIR/claims.yaml)")
+    cl.add_argument("--out", help="where to write the judged claims (default: RUN_DIR/claims.csv)")
+    cl.set_defaults(func=cmd_claims)
 
     st = sub.add_parser("status", help="trials by status, best so far, time used and left")
     st.add_argument("run_dir")

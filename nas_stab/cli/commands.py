@@ -218,6 +218,20 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_claims(args) -> int:
+    from nas_stab.results.atomic import atomic_write  # deferred: keeps --help fast
+    from nas_stab.results.claims_table import claims_csv, judge_run  # deferred: loads pandas, SciPy only when this runs
+
+    df = judge_run(Path(args.run_dir), args.claims)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "claims.csv"
+    atomic_write(out, claims_csv(df))
+    for r in df.to_dict("records"):
+        print(f"{r['id']}: {r['verdict']} ({int(r['seeds'])} seeds run, {int(r['needed'])} needed; "
+              f"{r['estimate']:+.4g}, 90% {r['lo']:+.4g} to {r['hi']:+.4g}; {r['criterion']})")
+    print(f"claims_csv: {out}")
+    return 0
+
+
 def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     """`nas-stab leaderboard RUN_DIR` of a run with logging.tracking: its tables into MLflow / W&B, with the
     runs a failure left out. Under the run directory's lock (a driver running there logs at its end);

@@ -1,0 +1,43 @@
+"""`nas-stab claims RUN_DIR`: a run's declared claims judged (docs/leaderboard.md, "Claims").
+
+The claims file (``claims.yaml``, by default in the run directory) is read with `analysis.claims.load_claims`;
+the runs are the directory's ``trials.csv``, and every other ``NAME.csv`` it holds is available to a claim as
+``runs: NAME`` (a confirmation run's trials copied in, ``probe_slopes.csv`` of a probe, ``leaderboard.csv``
+for a transfer claim). The spec's base values fill the keys a run does not search, the leaderboard settings
+give the validation metric and the learning-rate key, the dataset its class count.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+
+from nas_stab.analysis.claim_verdicts import evaluate
+from nas_stab.analysis.claims import load_claims
+from nas_stab.analysis.settings import settings
+from nas_stab.csvsafe import escape_frame
+from nas_stab.errors import RunError
+from nas_stab.results.reader import read_run
+
+__all__ = ["judge_run", "claims_csv"]
+
+
+def judge_run(run_dir: str | Path, claims_file: str | Path | None = None) -> pd.DataFrame:
+    """The declared claims of a run directory, judged (one row per claim, `claim_verdicts.COLUMNS`)."""
+    d = Path(run_dir)
+    path = Path(claims_file) if claims_file is not None else d / "claims.yaml"
+    if not path.is_file():
+        raise RunError(f"{path}: no claims file (declare the run's claims there: docs/leaderboard.md, Claims)")
+    claims = load_claims(path)
+    run = read_run(d)
+    files = {p.stem: pd.read_csv(p) for p in sorted(d.glob("*.csv")) if p.stem != "claims"}
+    st = settings(run.spec)
+    return evaluate(claims, files, metric=st["metric"], lr_key=st["lr"], classes=st["classes"], base=run.spec.raw)
+
+
+def claims_csv(df: pd.DataFrame) -> str:
+    """The judged claims as CSV (numbers to 6 significant digits)."""
+    buf = io.StringIO()
+    escape_frame(df).to_csv(buf, index=False, lineterminator="\n", float_format="%.6g")
+    return buf.getvalue()
