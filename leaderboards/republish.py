@@ -136,28 +136,38 @@ def experiment_data(src: Path) -> dict:
     return compose(data, lines, str(src), read_text)[0]
 
 
+def _write_run(rd: Path, data: dict, meta: dict, trials: pd.DataFrame) -> Path:
+    """A run directory the leaderboard code reads: spec.yaml (the experiment with `meta`) and trials.csv."""
+    rd.mkdir()
+    (rd / "spec.yaml").write_text(yaml.safe_dump({**data, "meta": meta}, sort_keys=False))
+    trials.to_csv(rd / "trials.csv", index=False)
+    return rd
+
+
+def stored_run(tmp: Path, run: dict, prov_old: list[tuple[str, str]], trials: pd.DataFrame) -> tuple[Path, pd.DataFrame]:
+    """One original run of a published table rebuilt in `tmp` from its experiment file, its stored metadata
+    and its share of the stored trials (by ``source_run`` where runs share seeds, else by its seeds)."""
+    src = spec_file(run["name"])
+    meta = dict(run["meta"])
+    command = training_command(prov_old, run["name"], src)
+    if command:
+        meta["command"] = command
+    if SOURCE in trials.columns:  # runs that share seeds (a row's grid extended by a later run)
+        t = trials[trials[SOURCE] == run["name"]].drop(columns=SOURCE).dropna(axis=1, how="all")
+    else:
+        t = trials if run["seeds"] is None else trials[trials["seed"].isin(run["seeds"])]
+    return _write_run(tmp / run["name"], experiment_data(src), meta, t), t
+
+
 def republish(d: Path) -> None:
     prov_old = old_provenance(d)
     trials = pd.read_csv(d / "trials.csv")
     with tempfile.TemporaryDirectory() as tmp:
         dirs = []
         for run in runs_of(prov_old):
-            src = spec_file(run["name"])
-            data = experiment_data(src)
-            data["meta"] = dict(run["meta"])
-            command = training_command(prov_old, run["name"], src)
-            if command:
-                data["meta"]["command"] = command
-            rd = Path(tmp) / run["name"]
-            rd.mkdir()
-            (rd / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-            if SOURCE in trials.columns:  # runs that share seeds (a row's grid extended by a later run)
-                t = trials[trials[SOURCE] == run["name"]].drop(columns=SOURCE).dropna(axis=1, how="all")
-            else:
-                t = trials if run["seeds"] is None else trials[trials["seed"].isin(run["seeds"])]
-            t.to_csv(rd / "trials.csv", index=False)
+            rd, t = stored_run(Path(tmp), run, prov_old, trials)
             dirs.append(rd)
-            print(f"{d.name}: {run['name']} from {src.relative_to(ROOT)}, {len(t)} runs")
+            print(f"{d.name}: {run['name']} from {spec_file(run['name']).relative_to(ROOT)}, {len(t)} runs")
         command = f"python leaderboards/republish.py {_shown(d)}"
         a, prov, _ = load_analysis(dirs, command=command)
         prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
@@ -240,29 +250,14 @@ def combine(d: Path, extra: list[Path]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dirs, frames = [], []
         for run in runs_of(prov_old):
-            src = spec_file(run["name"])
-            data = experiment_data(src)
-            data["meta"] = dict(run["meta"])
-            command = training_command(prov_old, run["name"], src)
-            if command:
-                data["meta"]["command"] = command
-            rd = Path(tmp) / run["name"]
-            rd.mkdir()
-            (rd / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-            t = trials[trials[SOURCE] == run["name"]].drop(columns=SOURCE) if SOURCE in trials.columns else trials
-            t.to_csv(rd / "trials.csv", index=False)
+            rd, t = stored_run(Path(tmp), run, prov_old, trials)
             dirs.append(rd)
             frames.append(t.assign(**{SOURCE: run["name"]}))
-        for rd in extra:  # as republish will read them: the published experiment file and the run's metadata
-            stored = yaml.safe_load((rd / "spec.yaml").read_text())
-            data = experiment_data(spec_file(stored["name"]))
-            data["meta"] = stored.get("meta") or {}
-            own = Path(tmp) / stored["name"]
-            own.mkdir()
-            (own / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-            t = pd.read_csv(rd / "trials.csv")
-            t.to_csv(own / "trials.csv", index=False)
-            dirs.append(own)
+        for added in extra:  # as republish will read them: the published experiment file and the run's metadata
+            stored = yaml.safe_load((added / "spec.yaml").read_text())
+            t = pd.read_csv(added / "trials.csv")
+            dirs.append(_write_run(Path(tmp) / stored["name"], experiment_data(spec_file(stored["name"])),
+                                   stored.get("meta") or {}, t))
             frames.append(t.assign(**{SOURCE: stored["name"]}))
         a, prov, _ = load_analysis(dirs, command=f"python leaderboards/republish.py {_shown(d)}")
         prov = [(k, v.replace(str(Path(tmp)) + "/", "stored:")) for k, v in prov]
