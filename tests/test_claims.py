@@ -253,3 +253,12 @@ def test_nas_stab_claims_judges_a_run_directory(tmp_path, capsys):
     (run / "claims.yaml").write_text("claims:\n  - {id: x, paper: P, says: s, kind: difference, a: {x: 1}, b: {x: 2}}\n")
     assert main(["claims", str(run)]) == 2
     assert "claims.yaml:2: claims[0].effect" in capsys.readouterr().err
+
+
+def test_a_given_lr_that_was_not_run_is_an_error_not_the_nearest_one():
+    """A mistyped lr in claims.yaml must not silently judge the claim at another lr."""
+    from nas_stab.errors import RunError
+
+    rng = np.random.default_rng(8)
+    with pytest.raises(RunError, match=r"side b has no runs at lr 0.07 \(its lrs: 0.025, 0.05, 0.1\)"):
+        _judge(_claim(lr={"a": 0.05, "b": 0.07}), _runs(rng, 3))

@@ -145,6 +145,9 @@ def _paired(c: Claim, trials: pd.DataFrame, *, metric: str, lr_key: str, classes
     fixed = isinstance(c.lr, Mapping) or (isinstance(c.lr, (int, float)) and not isinstance(c.lr, bool))
     given_a = c.lr["a"] if isinstance(c.lr, Mapping) else (c.lr if fixed else None)
     given_b = c.lr["b"] if isinstance(c.lr, Mapping) else (c.lr if fixed else None)
+    for side, lrs, given in (("a", la, given_a), ("b", lb, given_b)):
+        if given is not None and not np.isclose(lrs, float(given), rtol=1e-3).any():
+            raise RunError(f"claim {c.id}: side {side} has no runs at lr {given} (its lrs: {', '.join(f'{x:.6g}' for x in lrs)})")
     flip = -1.0 if metrics.direction(report) == "minimize" else 1.0  # the estimate is better-is-positive
 
     def diff(cols: np.ndarray) -> np.ndarray:
