@@ -19,7 +19,7 @@ from scipy import stats
 from nas_stab import metrics
 from nas_stab.analysis.claims import Claim
 from nas_stab.analysis.intervals import widen_replicates
-from nas_stab.analysis.more_seeds import shrink
+from nas_stab.analysis.more_seeds import outlook
 from nas_stab.analysis.no_learning import counted_values, no_learning_level
 from nas_stab.analysis.power import MAX_SEEDS, power_at, seeds_needed
 from nas_stab.analysis.values import fill_base, fmt_value
@@ -263,15 +263,9 @@ def _transfer(c: Claim, board: pd.DataFrame) -> dict[str, Any]:
     row = r.iloc[0].to_dict()
     n = int(row["min_seeds"]) if pd.notna(row.get("min_seeds")) else int(row["seeds"])
     need: int = n
-    if row["transfers"] == "inconclusive":
-        need = MAX_SEEDS
-        c_, lo, hi, eps = (float(row[k]) for k in ("worst_regret", "worst_regret_lo", "worst_regret_hi", "epsilon"))
-        if all(math.isfinite(v) for v in (c_, lo, hi, eps)) and n > 1:
-            for k in range(n + 1, MAX_SEEDS):
-                f = shrink(n, k)
-                if c_ + (hi - c_) * f <= eps or c_ - (c_ - lo) * f > eps:
-                    need = k
-                    break
+    if row["transfers"] == "inconclusive":  # the adaptive-seeds rule's prediction (more_seeds.outlook)
+        k = outlook(row, "regret", 1.0, n, MAX_SEEDS - 1)[0] if n > 1 else None
+        need = MAX_SEEDS if k is None else k
     verdict = str(row["transfers"])
     if verdict == "inconclusive":
         verdict = f"underpowered: needs {_count(need)} seeds"

@@ -33,7 +33,7 @@ import pandas as pd
 from nas_stab.analysis.optimum import EPS
 from nas_stab.analysis.verdicts import MIN_SEEDS
 
-__all__ = ["Plan", "plan", "shrink"]
+__all__ = ["Plan", "outlook", "plan", "shrink"]
 
 _LEVEL = 0.9  # the leaderboard's interval level
 
@@ -55,7 +55,7 @@ class Plan:
     notes: dict
 
 
-def _outlook(row: dict, criterion: str, tolerance: float, n: int, n_max: int) -> tuple[int | None, str]:
+def outlook(row: dict, criterion: str, tolerance: float, n: int, n_max: int) -> tuple[int | None, str]:
     """(the seed count at which the row's predicted interval first clears its bound, or None; why)."""
     if criterion == "drift":
         c, lo, hi, bound, name = row["lr_drift"], row["lr_drift_lo"], row["lr_drift_hi"], tolerance, "lr_drift"
@@ -119,7 +119,7 @@ def plan(a, n_max: int) -> Plan:
         if n < MIN_SEEDS:
             target = min(n_max, MIN_SEEDS)
         else:
-            need, why = _outlook(row, st.criterion, st.tolerance, n, n_max)
+            need, why = outlook(row, st.criterion, st.tolerance, n, n_max)
             if need is None:
                 notes[row["label"]] = f"left inconclusive: {why}"
                 continue
