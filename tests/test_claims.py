@@ -7,6 +7,8 @@ on validation.
 """
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -232,10 +234,13 @@ def test_nas_stab_claims_judges_a_run_directory(tmp_path, capsys):
     from lb_fixtures import make_run, spec_dict
 
     from nas_stab.cli import main
+    from nas_stab.results.formats import to_csv
+    from nas_stab.results.leaderboard import load_analysis
 
     rng = np.random.default_rng(7)
-    rows = [{"seed": s, "model.branches": b, "train.lr": lr, "val_acc": 0.9 + (0.02 if b == 4 else 0) + rng.normal(0, 0.003),
-             "test_acc": 0.9 + (0.02 if b == 4 else 0) + rng.normal(0, 0.003)}
+    peak = {0.1: -0.05, 0.2: 0.0, 0.4: -0.05}  # every size's optimum at lr 0.2: its lr transfers
+    rows = [{"seed": s, "model.branches": b, "train.lr": lr, "val_acc": 0.9 + peak[lr] + (0.02 if b == 4 else 0) + rng.normal(0, 0.003),
+             "test_acc": 0.9 + peak[lr] + (0.02 if b == 4 else 0) + rng.normal(0, 0.003)}
             for s in range(6) for b in (1, 4) for lr in (0.1, 0.2, 0.4)]
     run = make_run(tmp_path, rows, spec=spec_dict(space={"model.branches": [1, 4], "train.lr": [0.1, 0.2, 0.4]}, seeds=range(6)),
                    history=False)
@@ -246,9 +251,16 @@ def test_nas_stab_claims_judges_a_run_directory(tmp_path, capsys):
         " b: {model.branches: 1}, effect: 0.01}\n"
         "  - {id: confirmed, paper: P, says: the same, kind: difference, runs: confirm, a: {model.branches: 4},"
         " b: {model.branches: 1}, lr: {a: 0.2, b: 0.2}, effect: 0.01}\n")
+    import yaml
+    label = pd.read_csv(io.StringIO(to_csv(load_analysis([run])[0])))["label"].iloc[0]
+    with open(run / "claims.yaml", "a") as f:  # a transfer claim: the leaderboard computed from the run (no leaderboard.csv)
+        f.write("  - " + yaml.safe_dump({"id": "lr-carries", "paper": "P", "says": "C = 1's lr serves C = 4", "kind": "transfer",
+                                          "a": {"label": str(label)}}, default_flow_style=True))
     assert main(["claims", str(run)]) == 0
     out = pd.read_csv(run / "claims.csv")
-    assert list(out["verdict"]) == ["replicates", "replicates"] and list(out["seeds"]) == [6, 6]
+    assert list(out["verdict"][:2]) == ["replicates", "replicates"] and list(out["seeds"]) == [6, 6, 6]
+    assert out["kind"].iloc[2] == "transfer" and out["verdict"].iloc[2].split(" (")[0] == "yes", out.iloc[2].to_dict()
+    assert not (run / "leaderboard.csv").exists()
     assert "more-branches: replicates" in capsys.readouterr().out
     (run / "claims.yaml").write_text("claims:\n  - {id: x, paper: P, says: s, kind: difference, a: {x: 1}, b: {x: 2}}\n")
     assert main(["claims", str(run)]) == 2

@@ -3,7 +3,8 @@
 The claims file (``claims.yaml``, by default in the run directory) is read with `analysis.claims.load_claims`;
 the runs are the directory's ``trials.csv``, and every other ``NAME.csv`` it holds is available to a claim as
 ``runs: NAME`` (a confirmation run's trials copied in, ``probe_slopes.csv`` of a probe, ``leaderboard.csv``
-for a transfer claim). The spec's base values fill the keys a run does not search, the leaderboard settings
+for a transfer claim: when the directory has none, the leaderboard is computed from the run, as `nas-stab
+leaderboard` would write it). The spec's base values fill the keys a run does not search, the leaderboard settings
 give the validation metric and the learning-rate key, the dataset its class count.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ from nas_stab.analysis.claims import load_claims
 from nas_stab.analysis.settings import settings
 from nas_stab.csvsafe import escape_frame
 from nas_stab.errors import RunError
+from nas_stab.results.formats import to_csv
+from nas_stab.results.leaderboard import load_analysis
 from nas_stab.results.reader import read_run
 
 __all__ = ["judge_run", "claims_csv"]
@@ -32,6 +35,8 @@ def judge_run(run_dir: str | Path, claims_file: str | Path | None = None) -> pd.
     claims = load_claims(path)
     run = read_run(d)
     files = {p.stem: pd.read_csv(p) for p in sorted(d.glob("*.csv")) if p.stem != "claims"}
+    if "leaderboard" not in files and any(c.kind == "transfer" and not c.runs for c in claims):
+        files["leaderboard"] = pd.read_csv(io.StringIO(to_csv(load_analysis([d])[0])))
     st = settings(run.spec)
     return evaluate(claims, files, metric=st["metric"], lr_key=st["lr"], classes=st["classes"], base=run.spec.raw)
 
