@@ -243,3 +243,26 @@ def test_the_table_names_the_command_that_trained_it(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["pytest"])
     assert main(["run", str(spec), "--out", str(tmp_path / "api")]) == 0
     assert "**trained by**: unknown (the run did not record its command)" in (tmp_path / "api" / "lbset" / "leaderboard.md").read_text()
+
+
+def test_a_rerun_by_another_command_is_named_beside_the_first(tmp_path, monkeypatch):
+    """A run resumed by another command line (more seeds, other runner settings) records it once in
+    meta.resumed, and the table's "trained by" names both commands; the seeds line counts every seed the
+    trials hold, not only the spec's (adaptive seeds add seeds beyond it)."""
+    spec = tmp_path / "lbset.yaml"
+    spec.write_text(SPEC)
+    out = tmp_path / "runs"
+    first = ["run", str(spec), "--out", str(out)]
+    again = [*first, "--set", "runner.concurrency=1"]
+    for argv in (first, again, again):  # the same resume twice is recorded once
+        monkeypatch.setattr("sys.argv", ["/usr/bin/nas-stab", *argv])
+        assert main(argv) == 0
+    meta = yaml.safe_load((out / "lbset" / "spec.yaml").read_text())["meta"]
+    assert [e["command"] for e in meta["resumed"]] == [f"nas-stab run {spec} --out {out} --set runner.concurrency=1"]
+    md = (out / "lbset" / "leaderboard.md").read_text()
+    assert (f"**trained by**: nas-stab run {spec} --out {out} (commit " in md
+            and f"; then nas-stab run {spec} --out {out} --set runner.concurrency=1 (commit " in md)
+
+    d = make_run(tmp_path / "more", _rows(), spec=spec_dict("more", seeds=[1]))
+    assert main(["leaderboard", str(d), "--format", "csv"]) == 0
+    assert "seeds: 0, 1, 2\n" in (d / "leaderboard_provenance.txt").read_text()  # the spec names seed 1 only

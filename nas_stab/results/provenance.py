@@ -28,6 +28,23 @@ def _meta(run: Run, key: str) -> str:
     return "unknown" if v is None or v == "" else str(v)
 
 
+def _trained_by(run: Run) -> str:
+    """The command that created the run, then each command that resumed it with more (``meta.resumed``)."""
+    if not run.meta.get("command"):
+        return "unknown (the run did not record its command)"
+    first = f"{run.meta['command']} (commit {_meta(run, 'git_commit')})"
+    more = [f"{e.get('command')} (commit {e.get('git_commit') or 'unknown'})" for e in run.meta.get("resumed") or []]
+    return "; then ".join([first, *more])
+
+
+def _seeds_run(run: Run) -> list:
+    """The seeds the spec names and any its trials hold beyond them (adaptive seeds, a resume with more)."""
+    if "seed" not in run.trials.columns:
+        return list(run.seeds)
+    have = pd.to_numeric(run.trials["seed"], errors="coerce").dropna().astype(int)
+    return [*run.seeds, *sorted(set(have.tolist()) - set(run.seeds))]
+
+
 def _seed_text(seeds: Iterable) -> str:
     def key(x):
         return (0, float(x), "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0.0, str(x))
@@ -76,7 +93,7 @@ def provenance(runs: Sequence[Run], trials: pd.DataFrame, *, command: str | None
     descs = [r.spec.description for r in runs if r.spec.description]
     if descs:
         items.append(("description", descs[0] if len(set(descs)) == 1 else per_run(lambda r: r.spec.description or "none")))
-    seeds = [r.seeds for r in runs]
+    seeds = [_seeds_run(r) for r in runs]
     seed_text = _seed_text(x for ss in seeds for x in ss)
     if len(runs) > 1 and len({_seed_text(ss) for ss in seeds}) > 1:
         seed_text += " (" + "; ".join(f"{n}: {_seed_text(ss)}" for n, ss in zip(names, seeds)) + ")"
@@ -89,8 +106,7 @@ def provenance(runs: Sequence[Run], trials: pd.DataFrame, *, command: str | None
         ("python", per_run(lambda r: _meta(r, "python"))),
         ("hardware", per_run(lambda r: _meta(r, "hardware"))),
         ("run created", per_run(lambda r: _meta(r, "created"))),
-        ("trained by", per_run(lambda r: (f"{r.meta['command']} (commit {_meta(r, 'git_commit')})" if r.meta.get("command")
-                                          else "unknown (the run did not record its command)"))),
+        ("trained by", per_run(_trained_by)),
     ]
     if len(runs) > 1:
         first_cfg = _settings(runs[0].spec)

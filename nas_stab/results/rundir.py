@@ -37,7 +37,7 @@ from nas_stab.csvsafe import csv_cell, unescape_cell
 from nas_stab.errors import RunError
 from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
-from nas_stab.results.rundir_meta import meta_for, spec_changes
+from nas_stab.results.rundir_meta import git_commit, invocation, meta_for, spec_changes
 from nas_stab.results.tensorboard import write_rows
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ class RunDir:
             atomic_write(path / SPEC_YAML, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         else:
             rd._update_presentation(spec)
+            rd._record_resume()
         if (path / "history").exists() and not (path / "history").is_dir():
             rd._release()
             raise RunError(f"{path / 'history'} is not a directory; move the run directory aside or rerun with --fresh")
@@ -142,6 +143,23 @@ class RunDir:
         rd.repair()
         rd.reserve()
         return rd
+
+    def _record_resume(self) -> None:
+        """A rerun by another command line (more seeds, other runner settings) goes into ``meta.resumed``, once
+        per command and commit: a table names every command that trained its runs (provenance, "trained by")."""
+        command = invocation()
+        data = stored_spec(self.path) or {}
+        meta = data.get("meta") or {}
+        if not command or not meta:
+            return
+        entry = {"command": command, "git_commit": git_commit()}
+        known = [meta, *(meta.get("resumed") or [])]
+        if any(e.get("command") == entry["command"] and e.get("git_commit") == entry["git_commit"] for e in known):
+            return
+        at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        meta["resumed"] = [*(meta.get("resumed") or []), {**entry, "at": at}]
+        data["meta"] = meta
+        atomic_write(self.path / SPEC_YAML, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
     def _update_presentation(self, spec: Spec) -> None:
         """The same experiment rerun with other ``leaderboard:`` or ``logging:`` settings (or description):
