@@ -2,7 +2,9 @@
 
 Simulated learning-rate sweeps with a known answer (``nas_stab/analysis/calibration.py``: symmetric and
 asymmetric peaks, divergence cliffs, an optimum at a cliff's edge, an accuracy ceiling, a quartic top, a
-plateau, heteroscedastic and heavy-tailed noise, random divergences, missing runs, merged run directories)
+plateau, heteroscedastic and heavy-tailed noise, random divergences, missing runs, merged run directories,
+a peak 10x steeper above its optimum ("skew"), a largest size that trains at one or two lrs only ("isolated"),
+cells where some seeds are stuck at chance ("bimodal"))
 go through ``analyze``, the code that builds every leaderboard. True drifts 0, 0.5T, T, 1.5T, 2T and 3T
 (T = 1 octave), both criteria (regret, the default, and drift).
 
@@ -17,7 +19,12 @@ carried lr diverges at another size: there the target is P(no | the carried lr c
 <= 5%, as for every setting); P(yes) >= 80% for the same curve at every size with 5 seeds at sd 0.01 on a
 half-octave grid; the x*, lr_drift and worst_regret intervals cover their truth >= 85% (`cover_carried`: the
 regret of the lr the fit found, which `worst_regret` estimates; `cover_worst`, shown beside it, is the
-coverage of the regret of carrying the true optimum).
+coverage of the regret of carrying the true optimum); the upper end of worst_regret alone, on which a `yes` is
+decided, covers the carried lr's true cost >= 95% (`cover_upper`, one-sided) in every family.
+
+`--write` also stores the table as the rules version's calibration table (docs/calibration/rules-VERSION.csv,
+`nas_stab.analysis.rules`); `--fingerprint` stores the verdicts of fixed simulated tables that
+tests/test_rules_version.py compares against.
 """
 from __future__ import annotations
 
@@ -28,7 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from nas_stab.analysis.calibration import FAMILIES, Setting, evaluate
+from nas_stab.analysis.calibration import FAMILIES, Setting, evaluate, fingerprint
+from nas_stab.analysis.rules import RULES_VERSION, calibration_file, fingerprint_file
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- calibration table: begin -->", "<!-- calibration table: end -->"
@@ -65,12 +73,15 @@ def check(r: pd.DataFrame) -> list[str]:
         for c in ("cover_x", "cover_drift", "cover_carried"):
             if x[c] == x[c] and x[c] < 0.85:
                 miss.append(f"{name}: {c} {x[c]:.2f} < 0.85")
+        # the upper end alone, on which a `yes` is decided (and which the 2x reflection where the lower end is 0 narrows)
+        if x["criterion"] == "regret" and x["cover_upper"] == x["cover_upper"] and x["cover_upper"] < 0.95:
+            miss.append(f"{name}: cover_upper {x['cover_upper']:.2f} < 0.95")
     return miss
 
 
 def markdown(r: pd.DataFrame, how: str, begin: str = BEGIN, end: str = END) -> str:
     cols = ["criterion", "family", "drift", "true_worst", "carried_worst", "epsilon", "yes", "no", "yes_if_costly", "no_if_cheap", "cover_x",
-            "cover_drift", "cover_carried", "cover_worst"]
+            "cover_drift", "cover_carried", "cover_upper", "cover_worst"]
     if (r["adaptive"] != "").any():
         cols[6:6] = ["runs", "batches"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -91,8 +102,16 @@ def main(argv=None) -> int:
     p.add_argument("--adaptive", default=None, metavar="MIN,MAX",
                    help="adaptive seeds (seeds: {min, max}): each table starts with MIN seeds and grows where its verdict "
                         "is open, up to MAX (--seeds is ignored); --write replaces the adaptive table")
-    p.add_argument("--write", action="store_true", help="replace the table in docs/leaderboard.md")
+    p.add_argument("--write", action="store_true", help="replace the table in docs/leaderboard.md and store it as the rules "
+                   "version's calibration table (docs/calibration/rules-VERSION.csv)")
+    p.add_argument("--fingerprint", action="store_true", help="only store the rules version's verdict fingerprint "
+                   "(docs/calibration/rules-VERSION-fingerprint.csv) and exit")
     a = p.parse_args(argv)
+    if a.fingerprint:
+        out = ROOT / fingerprint_file()
+        fingerprint().to_csv(out, index=False, lineterminator="\n")
+        print(f"wrote {out} (rules {RULES_VERSION})")
+        return 0
     adaptive = tuple(int(v) for v in a.adaptive.split(",")) if a.adaptive else None
     begin, end = (BEGIN, END) if adaptive is None else (ABEGIN, AEND)
     t0 = time.perf_counter()
@@ -121,6 +140,10 @@ def main(argv=None) -> int:
         i, j = text.index(begin), text.index(end) + len(end)
         doc.write_text(text[:i] + body + text[j:], encoding="utf-8")
         print(f"wrote {doc}")
+        if adaptive is None:
+            store = ROOT / calibration_file()
+            r.assign(rules=RULES_VERSION, tables=a.tables, boot=a.boot).to_csv(store, index=False, lineterminator="\n", float_format="%.4g")
+            print(f"wrote {store} (rules {RULES_VERSION})")
     return 0
 
 

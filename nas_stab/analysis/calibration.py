@@ -27,12 +27,16 @@ import pandas as pd
 from nas_stab.analysis.more_seeds import plan
 from nas_stab.analysis.table import analyze
 
-__all__ = ["FAMILIES", "GRIDS", "Setting", "evaluate", "simulate", "truth"]
+__all__ = ["FAMILIES", "GRIDS", "Setting", "evaluate", "fingerprint", "simulate", "truth"]
 
 CHANCE = 0.1  # 10 classes
 TOP = 0.9
 FAMILIES = ("peak", "asym", "cliff", "edge", "ceiling", "quartic", "plateau", "hetero", "heavy", "rand_div",
-            "missing", "merged")
+            "missing", "merged", "skew", "isolated", "bimodal")
+# the families whose truth is the expected curve itself, computed numerically (`_expected`): an optimum that
+# trains at one or two lrs only at the largest size, cells where some seeds are stuck, a 10x asymmetric peak
+_NUMERIC = ("skew", "isolated", "bimodal")
+STUCK = 0.4  # "bimodal": the largest share of a cell's runs stuck at chance (at and above the optimum, largest size)
 GRIDS = ("quarter", "half", "one", "irregular")
 _SPAN = 6.0  # octaves the grid spans
 LR0 = 0.001  # the learning rate at x = 0 of the simulated grids
@@ -66,6 +70,8 @@ def _curve(family: str, x: np.ndarray, xs: np.ndarray | float) -> np.ndarray:
     dx = x - xs
     if family == "asym":  # 4x steeper above the optimum than below
         v = TOP - 0.04 * dx**2 * np.where(dx > 0, 4.0, 1.0)
+    elif family == "skew":  # 10x steeper above the optimum than below (a loss curve's slow rise, fast fall)
+        v = TOP - 0.02 * dx**2 * np.where(dx > 0, 10.0, 1.0)
     elif family == "edge":  # still rising at the cliff (the cliff is at xs): the optimum is the cliff's edge
         v = TOP - 0.05 * (dx - 0.75) ** 2
     elif family == "ceiling":  # near 100%: shallow, binomial noise
@@ -116,6 +122,15 @@ def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.Da
         div = np.broadcast_to(_diverges(s.family, x[None, None, :], xs[..., None], cliff[..., None])[..., None], shape).copy()
         if s.family == "rand_div":
             div |= rng.random(shape) < 0.03
+        if s.family in ("isolated", "bimodal"):
+            step = _step(x)
+            largest = (np.arange(s.sizes) == s.sizes - 1)[None, :, None]
+            if s.family == "isolated":  # the largest size trains only from one step below its optimum to its cliff
+                div |= np.broadcast_to((largest & (x[None, None, :] > xs[..., None] + cliff[..., None]))[..., None], shape)
+                stuck = np.broadcast_to((largest & (x[None, None, :] < xs[..., None] - step))[..., None], shape)
+            else:  # some seeds of a cell stuck at chance: none below the optimum, up to STUCK of them above it
+                stuck = rng.random(shape) < (_stuck_share(x[None, None, :], xs[..., None]) * largest)[..., None]
+            val = np.where(stuck, np.clip(CHANCE + rng.normal(size=shape) * s.sd * 0.5, 0.0, 1.0), val)
         keep = np.ones(shape, bool)
         if s.family == "missing":
             keep = rng.random(shape) >= 0.1
@@ -128,14 +143,53 @@ def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.Da
             "val_acc": np.where(div.ravel(), np.nan, val.ravel()),
         })
         frames.append(frame[keep.ravel()])
-        truths[si] = {**truth(s, xs), "xs": xs, "cliff": cliff}
+        truths[si] = {**truth(s, xs, cliff, _step(x)), "xs": xs, "cliff": cliff, "step": _step(x)}
     return pd.concat(frames, ignore_index=True), truths
 
 
-def truth(s: Setting, xs: np.ndarray) -> dict:
+def _step(x: np.ndarray) -> float:
+    return float(np.median(np.diff(x))) if x.size > 1 else 1.0
+
+
+def _stuck_share(x: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """"bimodal": the share of runs stuck at chance at x, rising from 0 half an octave below the optimum to STUCK
+    half an octave above it."""
+    return STUCK * np.clip(x - xs + 0.5, 0.0, 1.0)
+
+
+def _expected(s: Setting, x: np.ndarray, xs: np.ndarray, cliff: np.ndarray, step: float) -> np.ndarray:
+    """The expected metric [table, size, ...] of the families in `_NUMERIC` at x (broadcast against xs[..., None]):
+    chance where a run diverges or is stuck, a stuck run's share of chance in a bimodal cell."""
+    xs_, cl = xs[..., None], cliff[..., None]
+    v = _curve(s.family, x, xs_)
+    largest = (np.arange(xs.shape[1]) == xs.shape[1] - 1)[None, :, None]
+    if s.family == "isolated":
+        v = np.where(largest & ((x > xs_ + cl) | (x < xs_ - step)), CHANCE, v)
+    elif s.family == "bimodal":
+        p = _stuck_share(x, xs_) * largest
+        v = (1 - p) * v + p * CHANCE
+    return v
+
+
+def _numeric_truth(s: Setting, xs: np.ndarray, cliff: np.ndarray, step: float) -> dict:
+    """`truth` from the expected curve on a fine grid (1/200 octave) around each optimum."""
+    fine = np.linspace(-4.0, 4.0, 1601)
+    cand = xs[..., None] + fine  # [T, S, F]
+    m = _expected(s, cand, xs, cliff, step)
+    best = m.max(-1)
+    xstar = np.take_along_axis(cand, m.argmax(-1)[..., None], -1)[..., 0]
+    at = _expected(s, xstar[:, :1, None], xs, cliff, step)[..., 0]  # the smallest size's true optimum, carried
+    regret = np.maximum(best - at, 0.0)
+    return {"xstar": xstar + np.log2(LR0), "drift": xstar.max(1) - xstar.min(1), "worst": regret.max(1), "regret": regret,
+            "best": best}
+
+
+def truth(s: Setting, xs: np.ndarray, cliff: np.ndarray | None = None, step: float = 0.5) -> dict:
     """True per-size optima (log2 lr; NaN on a plateau, where the optimum is not a point), drift and the worst
     size's regret of carrying the smallest size's optimum (regret: NaN on a plateau's own flat top)."""
     T = xs.shape[0]
+    if s.family in _NUMERIC:
+        return _numeric_truth(s, xs, np.zeros_like(xs) if cliff is None else cliff, step)
     xstar = xs.copy()  # with "edge", the supremum of the lrs that train
     best = _best(s.family)
     x_ref = xs[:, :1]  # the smallest size's optimum (a plateau's centre is one of its optima)
@@ -166,6 +220,9 @@ def carried_regret(s: Setting, tr: dict, x_ref: np.ndarray) -> np.ndarray:
     size's true best minus its true curve there (chance where it diverges there)."""
     x = (np.asarray(x_ref, dtype=float) - np.log2(LR0))[:, None]
     xs, cliff = tr["xs"], tr["cliff"]
+    if s.family in _NUMERIC:
+        at = _expected(s, x[:, :, None], xs, cliff, tr["step"])[..., 0]
+        return np.maximum(tr["best"] - at, 0.0)
     at = np.where(_diverges(s.family, x, xs, cliff), CHANCE, _curve(s.family, x, xs))
     return np.maximum(_best(s.family) - at, 0.0)
 
@@ -208,11 +265,13 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
         # what carrying the lr the reference size's fit found costs, on the true curves (the verdict's question)
         tabs = r["table"].to_numpy(dtype=int)
         ref = z[z["size"] == 1].set_index("table")["x_star"].reindex(tabs).to_numpy(dtype=float)
-        sub = {k: tr[k][tabs] for k in ("xs", "cliff")}
+        sub = {k: tr[k][tabs] for k in ("xs", "cliff", "best") if k in tr} | {"step": tr["step"]}
         tc = np.where(np.isfinite(ref), carried_regret(s, sub, ref).max(-1), np.nan)
         hc = np.isfinite(tc) & np.isfinite(lo_w := r["worst_regret_lo"].to_numpy(float))
         hi_w = r["worst_regret_hi"].to_numpy(float)
         cov_c = float(((lo_w <= tc + 1e-9) & (tc <= hi_w + 1e-9))[hc].mean()) if hc.any() else np.nan
+        # the upper end alone (a `yes` is decided on it): P(the carried lr's true cost <= worst_regret_hi)
+        cov_hi = float((tc <= hi_w + 1e-9)[hc].mean()) if hc.any() else np.nan
         said = r["transfers"].to_numpy()
         costly = np.isfinite(tc) & (tc >= 2 * r["epsilon"].to_numpy(float))
         cheap = np.isfinite(tc) & (tc < r["epsilon"].to_numpy(float))
@@ -227,8 +286,22 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
                     # a `no` while carrying the found lr truly costs under epsilon: the false `no` (with a cliff that
                     # moves between sizes a `no` at drift 0 can be right: the carried lr diverges at another size)
                     "no_if_cheap": float((said[cheap] == "no").mean()) if cheap.sum() >= 10 else np.nan,
-                    "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w, "cover_carried": cov_c})
+                    "cover_x": cov_x, "cover_drift": cov_d, "cover_worst": cov_w, "cover_carried": cov_c, "cover_upper": cov_hi})
     return pd.DataFrame(out)
+
+
+def fingerprint(tables: int = 12, n_boot: int = 100) -> pd.DataFrame:
+    """The verdict and why of fixed simulated tables (every family at true drifts 0, 1 and 2 octaves, 3 and 5 seeds,
+    3 sizes, a half-octave grid; simulation and bootstrap seeds fixed): what a rules version stores so that a change
+    that moves a verdict without bumping the version is caught (`nas_stab.analysis.rules`)."""
+    settings = [Setting(f, d, 3, k, 0.01, "half") for k in (3, 5) for f in FAMILIES for d in (0.0, 1.0, 2.0)]
+    trials, _ = simulate(settings, tables, seed=0)
+    a = analyze(trials, transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10,
+                n_boot=n_boot, boot_seed=0)
+    r = a.rows.sort_values(["setting", "table"])
+    st = pd.DataFrame([asdict(settings[int(i)]) for i in r["setting"]])
+    return pd.DataFrame({"family": st["family"].to_numpy(), "drift": st["drift"].to_numpy(), "seeds": st["seeds"].to_numpy(),
+                         "table": r["table"].to_numpy(dtype=int), "transfers": r["transfers"].to_numpy()})
 
 
 def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):

@@ -22,6 +22,7 @@ from nas_stab.analysis.intervals import widen_replicates
 from nas_stab.analysis.more_seeds import outlook
 from nas_stab.analysis.no_learning import counted_values, no_learning_level
 from nas_stab.analysis.power import MAX_SEEDS, power_at, seeds_needed
+from nas_stab.analysis.rules import RULES_VERSION
 from nas_stab.analysis.values import fill_base, fmt_value
 from nas_stab.errors import RunError
 
@@ -30,7 +31,7 @@ __all__ = ["COLUMNS", "evaluate"]
 LEVEL = 0.9
 N_BOOT = 2000
 COLUMNS = ("id", "paper", "says", "kind", "metric", "report", "lr_a", "lr_b", "seeds", "estimate", "lo", "hi", "sd",
-           "target", "criterion", "needed", "power", "verdict")
+           "target", "criterion", "needed", "power", "verdict", "p", "rules")
 
 
 def evaluate(claims: Sequence[Claim], files: Mapping[str, pd.DataFrame], *, metric: str = "val_acc",
@@ -55,7 +56,7 @@ def evaluate(claims: Sequence[Claim], files: Mapping[str, pd.DataFrame], *, metr
             row = _paired(c, data, metric=c.metric or metric, lr_key=lr_key, classes=classes, base=base)
         if c.caveat and not row["verdict"].startswith("underpowered"):
             row["verdict"] = f"{row['verdict']} ({c.caveat})"
-        out.append({**row, "criterion": criterion(c, row["target"])})
+        out.append({**row, "criterion": criterion(c, row["target"]), "rules": RULES_VERSION})
     return pd.DataFrame(out, columns=list(COLUMNS))
 
 
@@ -124,6 +125,17 @@ def _pick(lrs: np.ndarray, choose: np.ndarray, lr: Any, sign: float, cols: np.nd
     return int(np.nanargmax(sign * m)) if np.isfinite(m).any() else 0
 
 
+def _two_sided_p(mean: float, sd: float, n: int) -> float:
+    """The two-sided p-value of the per-seed differences' t statistic (a decided difference has its 90% interval
+    off 0, about p < 0.10), for the Benjamini-Hochberg q-values over the published claims (leaderboards/claims.py).
+    Where a side's lr is chosen from the runs the choice is not in it (the bootstrap interval has it): approximate."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0 if mean != 0 else 1.0
+    return float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+
+
 def _paired(c: Claim, trials: pd.DataFrame, *, metric: str, lr_key: str, classes: int | None,
             base: Mapping[str, Any] | None) -> dict[str, Any]:
     """A difference or equivalence claim: a - b per seed, each side at its lr, reported on the held-out metric.
@@ -180,6 +192,7 @@ def _paired(c: Claim, trials: pd.DataFrame, *, metric: str, lr_key: str, classes
            "seeds": n, "estimate": mean, "lo": lo, "hi": hi, "sd": sd}
     if c.kind == "difference":
         row.update(_difference_verdict(n, sd, lo, hi, float(c.effect or 0)))
+        row["p"] = _two_sided_p(mean, sd, n)
     else:
         row.update(_equivalence_verdict(n, sd, lo, hi, float(c.margin or 0)))
     return row

@@ -29,11 +29,16 @@ import pandas as pd
 
 from nas_stab.analysis.intervals import factor, widen
 from nas_stab.analysis.optimum_fit import EPS, _nanquantiles, _quiet, _take, fit
-from nas_stab.analysis.optimum_regret import bound_transfer_regrets
+from nas_stab.analysis.optimum_regret import bound_transfer_regrets, hidden_gain
 
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
 
-MISFIT = 0.5  # a refined optimum's interval spans at least this share of the wider local grid step on each side
+MISFIT = 0.5  # the regret's carried ends: a refined optimum may lie this share of the wider local grid step to each side
+# the printed x* interval of a refined optimum spans at least this share of the wider local step on each side: half
+# a step covered a peak 10 times steeper above its optimum than below in 61-78% of simulated tables (calibration
+# family "skew"), three quarters in 92-95% (docs/leaderboard.md, Intervals)
+XSTAR_MISFIT = 0.75
+NEAR_OCTAVES = 2.0  # a cell this close to the carried lr (any size) whose seeds partly failed asks for CARRIED_SEEDS
 
 
 def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
@@ -150,12 +155,20 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
     rows["lr_drift"] = point["drift"][0]
     rows["lr_drift_lo"], rows["lr_drift_hi"] = _drift_interval(opt.trains, blo, bhi)
-    _statistic_intervals(rows, point, reps, opt.n_row, ci)
+    fail_near, carried_seeds, carried_fails = _near_carried(V, X, sign, thr, point["t"][0])
+    _statistic_intervals(rows, point, reps, opt.n_row, ci, reflect=~fail_near.any(-1))
     if reps:
         bound_transfer_regrets(rows, V=V, P=P, X=X, sign=sign, thr=thr, U=U, ref=ref, point=point, reps=reps, opt=opt,
                                no_parabola=no_parabola, ci=ci)
     _summarize_rows(rows, V, point, opt, present, n_size, ref)
-    sizes = _size_table(cells, point, reps, opt, n_size, present, Lc, lr_float, ref, sign=sign, ci=ci, xlo=xlo, xhi=xhi)
+    sizes = _size_table(cells, point, reps, opt, n_size, present, Lc, lr_float, ref, sign=sign, ci=ci, xlo=xlo, xhi=xhi, X=X)
+    ks, ss = sizes["_k"].to_numpy(), sizes["_s"].to_numpy()
+    sizes["fail_near_carried"] = fail_near[ks, ss]
+    sizes["carried_seeds"] = carried_seeds[ks, ss]
+    sizes["carried_fails"] = carried_fails[ks, ss]
+    # a row whose carried lr fails at some size (a run there diverged or did not learn) ranks below every row
+    # whose carried lr trains everywhere (docs/leaderboard.md, Ranking)
+    rows["carried_fails"] = (carried_fails & present).any(-1)
     return rows, sizes
 
 
@@ -229,13 +242,16 @@ class _Optimum:
     refined: np.ndarray
     fit_lo: np.ndarray
     fit_hi: np.ndarray
+    xfit_lo: np.ndarray
+    xfit_hi: np.ndarray
     SP: np.ndarray
 
-    def neighbourhood(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """An interval of the optima stretched over each one's grid neighbourhood (unrefined) or fit allowance
-        (refined); NaN at a size that does not train."""
-        lo = np.where(self.unrefined, np.minimum(lo, self.reach_lo), np.where(self.refined, np.minimum(lo, self.fit_lo), lo))
-        hi = np.where(self.unrefined, np.maximum(hi, self.reach_hi), np.where(self.refined, np.maximum(hi, self.fit_hi), hi))
+    def neighbourhood(self, lo: np.ndarray, hi: np.ndarray, printed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """An interval of the optima stretched over each one's grid neighbourhood (unrefined) or its fit allowance
+        (refined: `MISFIT`, or `XSTAR_MISFIT` for the `printed` x* interval); NaN at a size that does not train."""
+        f_lo, f_hi = (self.xfit_lo, self.xfit_hi) if printed else (self.fit_lo, self.fit_hi)
+        lo = np.where(self.unrefined, np.minimum(lo, self.reach_lo), np.where(self.refined, np.minimum(lo, f_lo), lo))
+        hi = np.where(self.unrefined, np.maximum(hi, self.reach_hi), np.where(self.refined, np.maximum(hi, f_hi), hi))
         return np.where(self.trains, lo, np.nan), np.where(self.trains, hi, np.nan)
 
 
@@ -265,9 +281,11 @@ def _locate(V: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, thr: np.nd
     wide = np.fmax(np.where(np.isfinite(x_below), xj - x_below, 0.0), np.where(np.isfinite(x_above), x_above - xj, 0.0))
     fit_lo = xv - MISFIT * wide  # the wider of the two steps on both sides: on an uneven grid the vertex errs by that one
     fit_hi = xv + MISFIT * wide
+    xfit_lo, xfit_hi = xv - XSTAR_MISFIT * wide, xv + XSTAR_MISFIT * wide
     return _Optimum(j=j, trains=trains, n_rest=n_rest, n_row=n_row, below=below, above=above, xj=xj, x_below=x_below,
                     x_above=x_above, yj=yj, tr_below=tr_below, tr_above=tr_above, reach_lo=reach_lo, reach_hi=reach_hi,
-                    unrefined=unrefined, refined=refined, fit_lo=fit_lo, fit_hi=fit_hi, SP=SP)
+                    unrefined=unrefined, refined=refined, fit_lo=fit_lo, fit_hi=fit_hi,
+                    xfit_lo=xfit_lo, xfit_hi=xfit_hi, SP=SP)
 
 
 def _optimum_intervals(opt: _Optimum, reps: dict, ci: float):
@@ -275,7 +293,9 @@ def _optimum_intervals(opt: _Optimum, reps: dict, ci: float):
     [row, size]; NaN without replicates or where the optimum rests on fewer than 2 seeds."""
     n_rest, trains = opt.n_rest, opt.trains
     if reps:
-        xlo, xhi = opt.neighbourhood(*_interval(reps["xstar"], n_rest, ci))
+        plo, phi = _interval(reps["xstar"], n_rest, ci)
+        xlo, xhi = opt.neighbourhood(plo, phi, printed=True)
+        blo0, bhi0 = opt.neighbourhood(plo, phi)  # the drift's band: the fit allowance its calibration holds with
         # the simultaneous band over the sizes that train (for the drift): every size's interval scaled by the
         # ci quantile of the largest standardized deviation of a replicate's optima from their medians
         xs = reps["xstar"]
@@ -287,7 +307,7 @@ def _optimum_intervals(opt: _Optimum, reps: dict, ci: float):
             q = np.nanquantile(dev, ci, axis=0)
         c = np.where(n_rest >= 2, factor(np.maximum(n_rest, 2), ci), np.nan)
         half = q[:, None] * sd * c
-        blo, bhi = opt.neighbourhood(np.minimum(med - half, xlo), np.maximum(med + half, xhi))
+        blo, bhi = opt.neighbourhood(np.minimum(med - half, blo0), np.maximum(med + half, bhi0))
     else:
         xlo = xhi = blo = bhi = np.full(trains.shape, np.nan)
     few = trains & (n_rest < 2)
@@ -305,21 +325,22 @@ def _drift_interval(trains: np.ndarray, blo: np.ndarray, bhi: np.ndarray) -> tup
     return d_lo, d_hi
 
 
-def _statistic_intervals(rows: pd.DataFrame, point: dict, reps: dict, n_row: np.ndarray, ci: float) -> None:
-    """Add the point value and the interval (columns ``_lo``, ``_hi``) of the slope, the regrets and the transfer scores."""
+def _statistic_intervals(rows: pd.DataFrame, point: dict, reps: dict, n_row: np.ndarray, ci: float, reflect: np.ndarray) -> None:
+    """Add the point value and the interval (columns ``_lo``, ``_hi``) of the slope, the regrets and the transfer scores;
+    `reflect` [row]: where a regret's upper end may be reflected about its estimate (`_regret_interval`)."""
     for name, col, floor in (("slope", "lr_slope", None), ("regret", "transfer_regret", 0.0), ("worst", "worst_regret", 0.0),
                              ("score", "transfer_score", None), ("worst_at", "transfer_worst", None)):
         rows[col] = point[name][0]
         if reps:
             lo, hi = _interval(reps[name], n_row, ci, floor=floor, semi=floor is not None)
             if floor is not None:
-                lo, hi = _regret_interval(reps[name], point[name][0], lo, hi, n_row, ci, floor)
+                lo, hi = _regret_interval(reps[name], point[name][0], lo, hi, n_row, ci, floor, reflect)
         else:
             lo = hi = np.full(len(rows), np.nan)
         rows[col + "_lo"], rows[col + "_hi"] = lo, hi
 
 
-def _regret_interval(arr, th, lo, hi, n_row, ci, floor):
+def _regret_interval(arr, th, lo, hi, n_row, ci, floor, reflect):
     """A regret's interval (lo, hi) corrected for the bias of the maximum it is measured from."""
     # a regret is a difference from a maximum, biased upward by the noise (most near 0, on flat tops).
     # Its replicates are skewed: the lower end is widened by their deviation below the median only (a
@@ -332,9 +353,47 @@ def _regret_interval(arr, th, lo, hi, n_row, ci, floor):
         bias = np.nanmedian(arr, 0) - th
     lo = np.maximum(np.minimum(lo, lo - 2 * np.clip(bias, 0.0, None)), floor)
     # the upper end is reflected only where the regret is not told from 0 (there the bias of the maximum
-    # dominates; away from 0 a regret's replicates are skewed the other way, on flat tops most)
-    hi = np.where(lo <= floor, np.maximum(np.minimum(hi, 2 * th - lo), th), hi)
+    # dominates; away from 0 a regret's replicates are skewed the other way, on flat tops most). Not where a run
+    # near the carried lr did not learn: there the seeds may not show a failing regime, the upper end's risk, and
+    # the reflection cut its one-sided coverage from 0.77 to 0.74 (3 seeds) and from 0.91 to 0.84 (5 seeds) in the
+    # calibration family "bimodal"; elsewhere it covers >= 95% in every family (docs/calibration/)
+    hi = np.where((lo <= floor) & reflect, np.maximum(np.minimum(hi, 2 * th - lo), th), hi)
     return lo, hi
+
+
+def _near_carried(V: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At each [row, size]: whether a cell near the carried lr t[row] partly failed (some seeds learned, others did
+    not) at some size of the row (the tried lrs that bracket t, the next tried lr beyond each of them and every lr
+    within NEAR_OCTAVES of t), the fewest seeds of the cells that bracket t
+    (its own cell where t is a tried lr; 0 where the size's grid does not reach t), and whether a run of those
+    cells did not learn (diverged or stuck: the carried lr fails there)."""
+    K, S, L, _ = V.shape
+    n_cell = np.isfinite(V).sum(-1)  # [K, S, L]
+    fin = n_cell > 0
+    n_failed = did_not_learn(V, sign, thr[:, :, None, None]).sum(-1)
+    failed = n_failed > 0
+    x = np.broadcast_to(X[:, None, :], (K, S, L))
+    tt = t[:, None, None]
+    ar = np.arange(L)
+    lo = np.where(fin & (x <= tt + 1e-9), ar, -1).max(-1)  # [K, S]: the tried lr at or below t
+    hi = np.where(fin & (x >= tt - 1e-9), ar, L).min(-1)  # the tried lr at or above t
+    before = np.where(fin & (ar < lo[..., None]), ar, -1).max(-1)
+    after = np.where(fin & (ar > hi[..., None]), ar, L).min(-1)
+    near = np.zeros((K, S, L), dtype=bool)
+    for idx in (before, lo, hi, after):
+        ok = (idx >= 0) & (idx < L)
+        kk, ss = np.nonzero(ok)
+        near[kk, ss, idx[kk, ss]] = True
+    near |= fin & (np.abs(x - tt) <= NEAR_OCTAVES + 1e-9)
+    # a cell where some seeds learned and others did not is a regime that fails at random (a cliff, where every
+    # seed fails, is not): a property of the lr more than of one size, so such a cell within NEAR_OCTAVES of the
+    # carried lr at any size puts every size's carried cells under suspicion
+    mixed = failed & (n_failed < n_cell)
+    fail_near = np.broadcast_to((near & mixed).any((-1, -2))[:, None], (K, S)) & np.isfinite(t)[:, None]
+    reach = (lo >= 0) & (hi < L)
+    seeds = np.minimum(_take(n_cell, np.clip(lo, 0, L - 1)), _take(n_cell, np.clip(hi, 0, L - 1)))
+    fails = reach & (_take(failed, np.clip(lo, 0, L - 1)) | _take(failed, np.clip(hi, 0, L - 1))) & np.isfinite(t)[:, None]
+    return fail_near, np.where(reach, seeds, 0), fails
 
 
 def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimum, present: np.ndarray,
@@ -355,7 +414,7 @@ def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimu
         rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
 
-def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float, ref, *, sign, ci, xlo, xhi) -> pd.DataFrame:
+def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float, ref, *, sign, ci, xlo, xhi, X) -> pd.DataFrame:
     """One row per (row, size) that has runs: its optimum with its interval, censoring, seeds and regret."""
     K = present.shape[0]
     n_rest, trains, j = opt.n_rest, opt.trains, opt.j
@@ -378,6 +437,9 @@ def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float
         "m_star": sign * point["ystar"][0][ki, ss],
         "regret": point["d"][0][ki, ss], "regret_lo": dlo[ki, ss], "regret_hi": dhi[ki, ss],
         "at_transfer": point["at"][0][ki, ss],
+        # an unrefined optimum whose value above what was measured has no bound: it trains at its grid lr, and the
+        # lr tried next to it on either side does not train (or there is none): the regret's upper end is open
+        "open_above": np.isinf(hidden_gain(X, opt))[ki, ss] & trains[ki, ss],
     })
     sizes.loc[~sizes["trains"], "censored"] = ""
     return sizes

@@ -4,7 +4,7 @@ The bootstrap (`optimum.py`) resamples seeds with each optimum where the fit put
 widens the regret's interval here, one named step each: where inside its grid neighbourhood or fit allowance
 the reference size's optimum may lie (`_widen_to_carried_ends`), the selection bias of a maximum over many
 near-tied cells (`_widen_to_selection_floor`), the value an unrefined optimum beside a cliff may hide
-(`_widen_by_hidden_gain`), and censored optima, which bound the regret on one side only (`_censored_bounds`).
+(`_widen_by_hidden_gain`, `hidden_gain`), and censored optima, which bound the regret on one side only (`_censored_bounds`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 
 from nas_stab.analysis.optimum_fit import _nanquantiles, _quiet, _take, fit
 
-__all__ = ["bound_transfer_regrets"]
+__all__ = ["bound_transfer_regrets", "hidden_gain"]
 
 _REGRETS = (("regret", "transfer_regret"), ("worst", "worst_regret"))
 
@@ -121,8 +121,9 @@ def _regret_floor(V, SP, X, point, trains, ref, sign) -> tuple[np.ndarray, np.nd
         return np.nanmax(lo, -1), np.nanmean(lo, -1)
 
 
-def _hidden_gain(X, opt) -> np.ndarray:
-    """What an unrefined optimum [row, size] beside an lr that does not train may hide above its measured value."""
+def hidden_gain(X, opt) -> np.ndarray:
+    """What an unrefined optimum [row, size] beside an lr that does not train may hide above its measured value
+    (``inf``: no bound, the optimum's other neighbour does not train either, or there is none)."""
     K, L = X.shape
     kk = np.arange(K)[:, None]
     # what an unrefined optimum beside an lr that does not train may hide: a concave curve stays under the
@@ -141,7 +142,7 @@ def _hidden_gain(X, opt) -> np.ndarray:
 
 def _widen_by_hidden_gain(rows, X, opt) -> None:
     """Raise each regret's upper end by the largest `_hidden_gain` of the row's sizes that train."""
-    g = np.where(opt.trains, _hidden_gain(X, opt), 0.0).max(-1)
+    g = np.where(opt.trains, hidden_gain(X, opt), 0.0).max(-1)
     for col in ("transfer_regret", "worst_regret"):
         rows[col + "_hi"] = rows[col + "_hi"] + np.where(np.isfinite(rows[col + "_hi"]), g, 0.0)
 

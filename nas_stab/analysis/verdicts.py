@@ -9,7 +9,7 @@ from nas_stab.analysis.optimum import EPS
 from nas_stab.analysis.values import fmt_value
 from nas_stab.metrics import parse_epsilon
 
-__all__ = ["CRITERIA", "DEFAULT_EPSILON", "MIN_SEEDS", "VERDICT_ORDER", "parse_epsilon", "rank", "stable", "verdicts"]
+__all__ = ["CARRIED_SEEDS", "CRITERIA", "DEFAULT_EPSILON", "MIN_SEEDS", "VERDICT_ORDER", "parse_epsilon", "rank", "stable", "verdicts"]
 
 VERDICT_ORDER = {"yes": 0, "inconclusive": 1, "no": 2}
 CRITERIA = ("regret", "drift")
@@ -17,6 +17,10 @@ CRITERIA = ("regret", "drift")
 # value m0 (docs/leaderboard.md, Epsilon): 2.4 points of accuracy for a row at 0.90 on 10 classes
 DEFAULT_EPSILON = "3%"
 MIN_SEEDS = 3  # a yes or a no needs at least this many seeds in every cell its optima rest on
+# a yes where a cell near the carried lr partly failed (some seeds learned, others did not: a regime that fails at
+# random) needs this many seeds in the carried lr's own cells at every size: 3 clean seeds miss a 20% failure rate
+# half the time (docs/leaderboard.md, "Never on an open end"; optimum.NEAR_OCTAVES says how near)
+CARRIED_SEEDS = 10
 
 
 def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float: np.ndarray, *, tolerance: float,
@@ -29,6 +33,9 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
     ends = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="right")
     cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr", "rest_seeds")}
     cols["end"] = sz["bracket_end"].to_numpy() if "bracket_end" in sz.columns else np.full(len(sz), "", dtype=object)
+    cols["open"] = sz["open_above"].to_numpy(bool) if "open_above" in sz.columns else np.zeros(len(sz), bool)
+    cols["fail_near"] = sz["fail_near_carried"].to_numpy(bool) if "fail_near_carried" in sz.columns else np.zeros(len(sz), bool)
+    cols["carried_seeds"] = sz["carried_seeds"].to_numpy() if "carried_seeds" in sz.columns else np.full(len(sz), CARRIED_SEEDS)
     names = np.array([fmt_value(v[1]) for v in size_vals], dtype=object)
     need = ["lr_drift_lo", "lr_drift_hi", "worst_regret_lo", "worst_regret_hi", "epsilon", "seeds", "min_seeds", "sizes",
             "grid_max_step", "grid_step", "_unrefined"]
@@ -83,10 +90,17 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
             if not np.isfinite(hi):
                 if r["seeds"] >= MIN_SEEDS and not cens and np.isnan(hi):
                     inc.append(f"no {'lr_drift' if criterion == 'drift' else 'worst_regret'} interval")
+                elif np.isinf(hi) and not cens:
+                    # never a yes on an open end: say what would close it
+                    inc.append(_open_above(ci, name, g))
             elif hi > bound - room + EPS:
                 inc.append(f"{ci} above {unit}" if lo > bound + EPS else f"{ci} straddles {unit}")
                 if room and lo <= bound + room + EPS and hi > bound - room + EPS and hi <= bound + EPS:
                     inc[-1] = f"{ci} within a grid step of {unit} (optima at grid points)"
+        thin = [f"{n} ({int(c)})" for n, f, c in zip(name, g["fail_near"], g["carried_seeds"]) if f and c < CARRIED_SEEDS]
+        if sized and thin and criterion == "regret":
+            inc.append(f"a cell near the carried lr partly failed; its cells at {', '.join(thin)} need {CARRIED_SEEDS} seeds "
+                       "that learn to show it trains")
         if inc:
             said.append("inconclusive")
             whys.append("; ".join(inc))
@@ -97,6 +111,15 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
     rows["why"] = whys
 
 
+def _open_above(ci: str, name: np.ndarray, g: dict) -> str:
+    """`why` for an interval open above: the sizes whose optimum is bounded by untrained lrs only, and what closes it."""
+    opened = [f"{n} ({lr:.3g})" for n, o, lr in zip(name, g["open"], g["grid_lr"]) if o]
+    if opened:
+        return (f"{ci} open above: the optimum of {', '.join(opened)} trains only at that lr among its neighbours; "
+                "lrs tried between it and its untrained neighbours would bound it")
+    return f"{ci} open above"
+
+
 def _n(x: float) -> str:
     return "inf" if np.isinf(x) else f"{x:.3g}"
 
@@ -104,6 +127,8 @@ def _n(x: float) -> str:
 def rank(rows: pd.DataFrame, sign: float) -> pd.DataFrame:
     """Order the rows (docs/leaderboard.md, Ranking) and number them.
 
+    0. A row whose carried lr fails at some size (``carried_fails``: a run in the cells the carried lr lies between
+       diverged or did not learn) ranks below every row whose carried lr trains at every size.
     1. Tiers by ``transfer_worst``, what the reference size's optimum reaches at the size it serves worst: the
        rows are taken from the best point value down, and a row stays in the current tier while its interval
        reaches the tier leader's (indistinguishable within the noise); a row worse than the leader by more than
@@ -130,7 +155,9 @@ def rank(rows: pd.DataFrame, sign: float) -> pd.DataFrame:
     rows["_verdict"] = rows["transfers"].map(VERDICT_ORDER)
     rows["_window"] = -rows["largest_window"]
     rows["_best_sort"] = -sign * rows["best"]
-    rows = rows.sort_values(["_tier", "_verdict", "largest_diverged", "_window", "worst_regret", "_best_sort", "_k"],
+    if "carried_fails" not in rows.columns:
+        rows["carried_fails"] = False
+    rows = rows.sort_values(["carried_fails", "_tier", "_verdict", "largest_diverged", "_window", "worst_regret", "_best_sort", "_k"],
                             na_position="last", kind="mergesort")
     rows.insert(0, "rank", np.arange(1, len(rows) + 1))
     return rows.drop(columns=["_best_s", "_ref_s", "_verdict", "_best_sort", "_tier", "_window", "_unrefined"],

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from nas_stab.analysis.intervals import factor
+from nas_stab.analysis.rules import rules_line
 from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
 
@@ -72,6 +73,7 @@ def settings_items(a: Analysis) -> list[tuple[str, str]]:
         ("intervals", f"{int(round(st.ci * 100))}% bootstrap over each size's seeds (paired across its lrs), {st.n_boot} replicates, seed {st.boot_seed}; "
                       "percentile intervals widened for the seed count (" + ", ".join(f"x{factor(n, st.ci):.2f} at {n} seeds" for n in (3, 5, 10)) + ")"),
         ("definitions", DEFINITIONS),
+        ("rules", rules_line()),
     ]
     items += [("note", n) for n in st.notes]
     return items
