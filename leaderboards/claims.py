@@ -18,6 +18,7 @@ import csv
 import io
 import math
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from nas_stab.analysis.claim_verdicts import evaluate  # noqa: E402
 from nas_stab.analysis.claims import load_claims  # noqa: E402
 from nas_stab.analysis.power import MAX_SEEDS  # noqa: E402
 from nas_stab.analysis.settings import CLASSES  # noqa: E402
-from nas_stab.analysis.values import fill_base, lookup  # noqa: E402
+from nas_stab.analysis.values import fill_base, fmt_value, lookup  # noqa: E402
 from nas_stab.csvsafe import csv_cell  # noqa: E402
 
 BOARDS = ROOT / "leaderboards"
@@ -41,8 +42,89 @@ README = BOARDS / "README.md"
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 
 
-def judge(table: Path) -> pd.DataFrame:
-    """The claims of one table directory, judged (columns of `claim_verdicts.COLUMNS` plus ``table``)."""
+DEFAULT_DATA = {"transfer": ("leaderboard",), "slope": ("probe_slopes",)}  # what a claim without `runs:` reads
+PROVENANCE = {"leaderboard": "leaderboard_provenance.txt", "trials": "leaderboard_provenance.txt",
+              "probe_slopes": "probe_provenance.txt"}  # a stored run NAME.csv has NAME_provenance.txt
+Q_LEVEL = 0.10  # the Benjamini-Hochberg false discovery rate the findings page reads the q-values at
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)}: {done.stderr.strip()} (the declaration check reads the repository's history)")
+    return done.stdout
+
+
+def declarations() -> dict[str, str]:
+    """The commit that first declared each claim id, from the history of every claims file (a claim moved from
+    one file to another keeps the commit that first declared it)."""
+    out: dict[str, str] = {}
+    log = _git("log", "--reverse", "--format=@@commit %H", "-p", "-U0", "--", ":(glob)**/claims.yaml", ":(glob)**/*.claims.yaml")
+    commit = ""
+    for line in log.splitlines():
+        if line.startswith("@@commit "):
+            commit = line.split()[1]
+        else:
+            m = re.match(r"^\+\s*-\s*id:\s*(\S+)", line)
+            if m and m.group(1) not in out:
+                out[m.group(1)] = commit
+    return out
+
+
+def data_commits(table: Path, names: tuple[str, ...]) -> list[str]:
+    """The commits the runs behind `names` (a claim's data files) were trained from: their provenance's
+    ``trained by`` line, every ``(commit ...)`` on it."""
+    out: list[str] = []
+    for n in names:
+        prov = table / PROVENANCE.get(n, f"{n}_provenance.txt")
+        text = prov.read_text(encoding="utf-8") if prov.is_file() else ""
+        line = next((ln for ln in text.splitlines() if ln.startswith("trained by:")), "")
+        for c in re.findall(r"\(commit ([0-9a-f]{7,40})", line):
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def declared_before(claim_commit: str | None, data: list[str]) -> str:
+    """"yes" when the declaring commit is an ancestor of (or is) every commit the data was trained from, "no"
+    when it is not, "unknown" without a declaring commit or a training commit."""
+    if not claim_commit or not data:
+        return "unknown"
+    for c in data:
+        done = subprocess.run(["git", "merge-base", "--is-ancestor", claim_commit, c], capture_output=True, cwd=ROOT)
+        if done.returncode == 1:
+            return "no"
+        if done.returncode != 0:
+            return "unknown"
+    return "yes"
+
+
+def _matches(df: pd.DataFrame, sel: dict) -> pd.Series:
+    mask = pd.Series(True, index=df.index)
+    for k, v in sel.items():
+        if k not in df.columns:
+            return pd.Series(False, index=df.index)
+        mask &= df[k].map(fmt_value) == fmt_value(v)
+    return mask
+
+
+def shared_seeds(claim, confirm: pd.DataFrame, trials: pd.DataFrame | None) -> list[int]:
+    """The seeds a confirmation's runs share with the table's own runs of the claim's two configurations: not
+    fresh (with the same seed and configuration a rerun is the same run)."""
+    if trials is None or "seed" not in confirm.columns or "seed" not in trials.columns or claim.kind not in ("difference", "equivalence"):
+        return []
+    seen: set[int] = set()
+    for side in (claim.a, claim.b):
+        keys = {k: v for k, v in side.items() if k in trials.columns}
+        seen |= set(pd.to_numeric(trials.loc[_matches(trials, keys), "seed"], errors="coerce").dropna().astype(int))
+    return sorted(seen & set(pd.to_numeric(confirm["seed"], errors="coerce").dropna().astype(int)))
+
+
+def judge(table: Path, declared: dict[str, str] | None = None) -> pd.DataFrame:
+    """The claims of one table directory, judged (columns of `claim_verdicts.COLUMNS` plus ``table`` and the
+    declaration columns: ``declared`` before the data yes / no / unknown, ``declared_in``, ``data_from``, and
+    ``not_fresh``, the seeds a confirmation shared with the table and that were left out of it)."""
+    declared = declarations() if declared is None else declared
     claims = load_claims(table / "claims.yaml")
     spec = experiment_data(spec_file(table.name))
     metric = lookup(spec, "leaderboard.metric") or lookup(spec, "search.objective") or "val_acc"
@@ -52,10 +134,40 @@ def judge(table: Path) -> pd.DataFrame:
     keys = [lookup(spec, "leaderboard.lr") or "train.lr", *{k for c in claims for k in (*c.a, *c.b)}]
     for n in set(files) - {"trials", "probe_slopes", "leaderboard"}:
         files[n] = fill_base(files[n], keys, own_spec(table, n))
-    out = evaluate(claims, files, metric=str(metric), lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"),
-                   classes=classes, base=spec)
+    rows = []
+    for c in claims:
+        used = tuple(c.runs) or DEFAULT_DATA.get(c.kind, ("trials",))
+        own = dict(files)
+        dropped: list[int] = []
+        for n in c.runs:  # a confirmation judged on its fresh seeds only
+            shared = shared_seeds(c, own[n], files.get("trials"))
+            if shared:
+                own[n] = own[n][~pd.to_numeric(own[n]["seed"], errors="coerce").isin(shared)]
+                dropped += shared
+        r = evaluate([c], own, metric=str(metric), lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"),
+                     classes=classes, base=spec)
+        commits = data_commits(table, used)
+        r["declared"] = declared_before(declared.get(c.id), commits)
+        r["declared_in"] = (declared.get(c.id) or "")[:12]
+        r["data_from"] = " ".join(x[:12] for x in commits)
+        r["not_fresh"] = " ".join(str(x) for x in sorted(set(dropped)))
+        rows.append(r)
+    out = pd.concat(rows, ignore_index=True)
     out.insert(0, "table", table.name)
     return out
+
+
+def add_q_values(df: pd.DataFrame) -> pd.DataFrame:
+    """Benjamini-Hochberg q-values (``q``) over every published difference claim with a p-value: one family, so a
+    q-value changes when a claim joins it (scipy.stats.false_discovery_control)."""
+    from scipy.stats import false_discovery_control
+
+    df = df.copy()
+    fam = (df["kind"] == "difference") & df["p"].notna()
+    df["q"] = float("nan")
+    if fam.any():
+        df.loc[fam, "q"] = false_discovery_control(df.loc[fam, "p"].to_numpy(dtype=float), method="bh")
+    return df
 
 
 def own_spec(table: Path, name: str) -> dict:
@@ -84,16 +196,32 @@ def _num(v: float) -> str:
     return f"{v:+.3g}" if abs(v) < 1e4 else f"{v:+.3e}"
 
 
+DECIDED = ("replicates", "reversed")  # a difference claim's decided directional verdicts
+
+
 def findings_table(all_claims: pd.DataFrame) -> str:
-    """The findings page's table: one line per claim."""
-    lines = ["| claim (paper) | table | kind | seeds run / needed | estimate (90%) | judged against | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    """The findings page's table: one line per claim, with when it was declared and its q-value."""
+    lines = ["| claim (paper) | table | kind | declared before the data (claim / runs) | seeds run / needed | estimate (90%) "
+             "| judged against | q (BH) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in all_claims.to_dict("records"):
         need = f"> {MAX_SEEDS // 10}" if r["needed"] >= MAX_SEEDS // 10 else str(int(r["needed"]))
         what = r["report"] if r["kind"] in ("difference", "equivalence") else r["metric"]
         est = f"{_num(r['estimate'])} ({_num(r['lo'])} to {_num(r['hi'])}) {what}"
-        lines.append(f"| {r['says']} ({r['paper']}) | [{r['table']}]({r['table']}/README.md) | {r['kind']} | "
-                     f"{int(r['seeds'])} / {need} | {est} | {r['criterion']} | **{r['verdict']}** |")
+        decl = f"{r['declared']} ({r['declared_in'][:7] or '?'} / {' '.join(c[:7] for c in str(r['data_from']).split()) or '?'})"
+        q = r.get("q", float("nan"))
+        qs = f"{q:.3f}" if isinstance(q, float) and math.isfinite(q) else "–"
+        verdict = str(r["verdict"])
+        notes = []
+        if r["declared"] != "yes":
+            notes.append("exploratory: not declared before the data")
+        if verdict.startswith(DECIDED) and isinstance(q, float) and math.isfinite(q) and q > Q_LEVEL:
+            notes.append(f"not significant at q = {Q_LEVEL:g} over the published claims")
+        if r.get("not_fresh"):
+            notes.append(f"seeds {r['not_fresh']} shared with the table left out")
+        tail = f" ({'; '.join(notes)})" if notes else ""
+        lines.append(f"| {r['says']} ({r['paper']}) | [{r['table']}]({r['table']}/README.md) | {r['kind']} | {decl} | "
+                     f"{int(r['seeds'])} / {need} | {est} | {r['criterion']} | {qs} | **{verdict}**{tail} |")
     return "\n".join(lines) + "\n"
 
 
@@ -102,9 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything is out of date")
     args = ap.parse_args(argv)
     stale: list[str] = []
+    declared = declarations()
+    tables = sorted(p for p in BOARDS.iterdir() if (p / "claims.yaml").is_file() and p.name != "archive")
+    every = add_q_values(pd.concat([judge(t, declared) for t in tables], ignore_index=True))
     frames = []
-    for table in sorted(p for p in BOARDS.iterdir() if (p / "claims.yaml").is_file() and p.name != "archive"):
-        df = judge(table)
+    for table in tables:
+        df = every[every["table"] == table.name].reset_index(drop=True)
         frames.append(df)
         text = csv_text(df)
         path = table / "claims.csv"
