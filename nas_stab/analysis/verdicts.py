@@ -97,7 +97,8 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
                 inc.append(f"{ci} above {unit}" if lo > bound + EPS else f"{ci} straddles {unit}")
                 if room and lo <= bound + room + EPS and hi > bound - room + EPS and hi <= bound + EPS:
                     inc[-1] = f"{ci} within a grid step of {unit} (optima at grid points)"
-        thin = [f"{n} ({int(c)})" for n, f, c in zip(name, g["fail_near"], g["carried_seeds"]) if f and c < CARRIED_SEEDS]
+        thin = [f"{n} ({int(c)})" if c > 0 else f"{n} (the carried lr not tried)" for n, f, c in zip(name, g["fail_near"], g["carried_seeds"])
+            if f and c < CARRIED_SEEDS]
         if sized and thin and criterion == "regret":
             inc.append(f"a cell near the carried lr partly failed; its cells at {', '.join(thin)} need {CARRIED_SEEDS} seeds "
                        "that learn to show it trains")
