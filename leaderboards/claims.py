@@ -55,30 +55,40 @@ def _git(*args: str) -> str:
     return done.stdout
 
 
-def declarations() -> dict[str, str]:
-    """The commit that first declared each claim id, from the history of every claims file (a claim moved from
-    one file to another keeps the commit that first declared it)."""
-    out: dict[str, str] = {}
+def _table_of(path: str) -> str | None:
+    """The table a claims file belongs to: leaderboards/TABLE/claims.yaml or spaces/.../TABLE.claims.yaml."""
+    m = re.match(r"^leaderboards/([^/]+)/claims\.yaml$", path) or re.match(r"^spaces/(?:.*/)?([^/]+)\.claims\.yaml$", path)
+    return m.group(1) if m else None
+
+
+def declarations() -> dict[tuple[str, str], str]:
+    """The commit that first declared each (table, claim id), from the history of every claims file (a claim
+    moved from spaces/.../TABLE.claims.yaml to leaderboards/TABLE/claims.yaml keeps the commit that first declared
+    it; the same id in another table is another claim)."""
+    out: dict[tuple[str, str], str] = {}
     log = _git("log", "--reverse", "--format=@@commit %H", "-p", "-U0", "--", ":(glob)**/claims.yaml", ":(glob)**/*.claims.yaml")
-    commit = ""
+    commit, table = "", None
     for line in log.splitlines():
         if line.startswith("@@commit "):
             commit = line.split()[1]
+        elif line.startswith("+++ "):
+            table = _table_of(line[6:]) if line.startswith("+++ b/") else None
         else:
             m = re.match(r"^\+\s*-\s*id:\s*(\S+)", line)
-            if m and m.group(1) not in out:
-                out[m.group(1)] = commit
+            if m and table and (table, m.group(1)) not in out:
+                out[(table, m.group(1))] = commit
     return out
 
 
 def data_commits(table: Path, names: tuple[str, ...]) -> list[str]:
     """The commits the runs behind `names` (a claim's data files) were trained from: their provenance's
-    ``trained by`` line, every ``(commit ...)`` on it."""
+    ``trained by`` line, every ``(commit ...)`` on it (a probe's, which has none: its ``nas_stab:`` line)."""
     out: list[str] = []
     for n in names:
         prov = table / PROVENANCE.get(n, f"{n}_provenance.txt")
         text = prov.read_text(encoding="utf-8") if prov.is_file() else ""
-        line = next((ln for ln in text.splitlines() if ln.startswith("trained by:")), "")
+        lines = text.splitlines()
+        line = next((ln for ln in lines if ln.startswith("trained by:")), "") or next((ln for ln in lines if ln.startswith("nas_stab:")), "")
         for c in re.findall(r"\(commit ([0-9a-f]{7,40})", line):
             if c not in out:
                 out.append(c)
@@ -120,7 +130,7 @@ def shared_seeds(claim, confirm: pd.DataFrame, trials: pd.DataFrame | None) -> l
     return sorted(seen & set(pd.to_numeric(confirm["seed"], errors="coerce").dropna().astype(int)))
 
 
-def judge(table: Path, declared: dict[str, str] | None = None) -> pd.DataFrame:
+def judge(table: Path, declared: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
     """The claims of one table directory, judged (columns of `claim_verdicts.COLUMNS` plus ``table`` and the
     declaration columns: ``declared`` before the data yes / no / unknown, ``declared_in``, ``data_from``, and
     ``not_fresh``, the seeds a confirmation shared with the table and that were left out of it)."""
@@ -147,8 +157,8 @@ def judge(table: Path, declared: dict[str, str] | None = None) -> pd.DataFrame:
         r = evaluate([c], own, metric=str(metric), lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"),
                      classes=classes, base=spec)
         commits = data_commits(table, used)
-        r["declared"] = declared_before(declared.get(c.id), commits)
-        r["declared_in"] = (declared.get(c.id) or "")[:12]
+        r["declared"] = declared_before(declared.get((table.name, c.id)), commits)
+        r["declared_in"] = (declared.get((table.name, c.id)) or "")[:12]
         r["data_from"] = " ".join(x[:12] for x in commits)
         r["not_fresh"] = " ".join(str(x) for x in sorted(set(dropped)))
         rows.append(r)
@@ -225,6 +235,42 @@ def findings_table(all_claims: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+SBEGIN, SEND = "<!-- claims-summary:begin -->", "<!-- claims-summary:end -->"
+
+
+def summary_block(every: pd.DataFrame) -> str:
+    """The findings page's counts of declaration, freshness and multiplicity, from the judged claims (no figure by hand)."""
+    n = len(every)
+    before = every[every["declared"] == "yes"]
+    tables = every.groupby("table")["declared"].agg(lambda v: (v == "yes").all())
+    decided = every[(every["kind"] == "difference") & every["verdict"].astype(str).str.startswith(DECIDED)]
+    fam = every[(every["kind"] == "difference") & every["p"].notna()]
+    weak = decided[decided["q"] > Q_LEVEL]
+    fresh = every[every["not_fresh"].astype(str).str.strip().ne("") & every["not_fresh"].notna()]
+    lines = [
+        f"- **Declared before the data**: {len(before)} of {n} claims (every claim of {int(tables.sum())} of {len(tables)} tables: "
+        + ", ".join(sorted(tables[tables].index)) + f"); the other {n - len(before)} were committed after the runs they "
+        "judge and are exploratory: they are not counted as replications.",
+        f"- **Multiplicity**: Benjamini-Hochberg over the {len(fam)} difference claims with a p-value; {len(decided)} decided "
+        f"directional verdicts, {len(weak)} of them with q > {Q_LEVEL:g}"
+        + (": " + "; ".join(f"{r['table']} {r['id']} (p {r['p']:.3f}, q {r['q']:.3f})" for r in weak.to_dict("records")) if len(weak) else "")
+        + ".",
+        f"- **Fresh seeds**: {len(fresh)} confirmation(s) shared seeds with their table and are judged without them"
+        + (": " + "; ".join(f"{r['table']} {r['id']} (seeds {r['not_fresh']} left out, {int(r['seeds'])} judged)" for r in fresh.to_dict("records"))
+           if len(fresh) else "")
+        + ".",
+        f"- **Rules**: every verdict here judged by rules {', '.join(sorted(set(every['rules'].astype(str))))} (docs/leaderboard.md, Rules versions).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _replace(page: str, begin: str, end: str, body: str) -> str:
+    if begin not in page or end not in page:
+        raise SystemExit(f"{README}: no {begin} ... {end} markers to write between")
+    head, rest = page.split(begin, 1)
+    return head + begin + "\n" + body + end + rest.split(end, 1)[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything is out of date")
@@ -246,10 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in df.to_dict("records"):
             print(f"{table.name}: {r['id']}: {r['verdict']} ({int(r['seeds'])} seeds run, {int(r['needed'])} needed)")
     page = README.read_text(encoding="utf-8")
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{README}: no {BEGIN} ... {END} markers to write the claims table between")
-    head, rest = page.split(BEGIN, 1)
-    new = head + BEGIN + "\n" + findings_table(pd.concat(frames, ignore_index=True)) + END + rest.split(END, 1)[1]
+    new = _replace(page, BEGIN, END, findings_table(pd.concat(frames, ignore_index=True)))
+    new = _replace(new, SBEGIN, SEND, summary_block(every))
     if new != page:
         stale.append(str(README.relative_to(ROOT)))
         if not args.check:
