@@ -150,6 +150,18 @@ def test_readout_zero_init_and_the_output_multiplier():
     assert torch.allclose(seen["in"], torch.relu(seen["h"]) * 0.25)  # the readout reads its input / r
 
 
+@pytest.mark.parametrize("width", [16, 64])
+def test_readout_zero_init_holds_at_the_base_width_too(width):
+    """readout_zero_init starts the readout at 0 at every width, the base width (16 here) included: there no dim of
+    the readout grows, and it was once classified as a fixed parameter and kept its SP init (|B| 232 at width 64,
+    the base, against 0 at 128 in the width control)."""
+    spec = loads_spec(SPEC.format(arch="mlp_resnet", depth=2, width=width, param="mup", opt="adam", branches=1).replace(
+        "base_depth: 2}", "base_depth: 2, readout_zero_init: true}"))
+    m = build_model(spec, INFO)
+    assert m.B.weight.abs().sum() == 0
+    assert m.B._nas_output_mult == pytest.approx(16 / width)
+
+
 def test_depth_mup_scales_the_branches_and_adams_block_lrs():
     for opt, lr_block in (("adam", 0.25 * math.sqrt(2 / 8)), ("sgd", 1.0)):
         m, spec = build(64, "depth_mup", opt, depth=8)

@@ -162,10 +162,12 @@ def classify(model: nn.Module, base: nn.Module, readout: str) -> dict[str, dict[
         r_out = (mult[0] or 1.0) if p.ndim >= 1 else 1.0
         r_in = (mult[1] or 1.0) if p.ndim >= 2 else 1.0
         main = next((m for m in reversed(mult) if m is not None), 1.0)
-        if ninf == 0:
-            kind = "fixed"
-        elif name.startswith(readout + ".") and name.endswith("weight"):
+        if name.startswith(readout + ".") and name.endswith("weight"):
+            # the readout even at the base width, where none of its dims grow (else readout_zero_init, applied to
+            # readouts, skipped the base model: its readout kept its SP init while every wider one started at 0)
             kind = "readout"
+        elif ninf == 0:
+            kind = "fixed"
         elif ninf >= 2:
             kind = "hidden"
         else:
