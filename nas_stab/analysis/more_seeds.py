@@ -13,6 +13,8 @@ more seeds go:
   `intervals.widen`), and the row is decidable when at some k <= m its predicted interval lies wholly on
   one side of the bound. A row whose estimate sits on its bound is left ``inconclusive`` instead of
   spending m seeds on it;
+- where a cell near the carried lr partly failed, up to `verdicts.CARRIED_SEEDS` at once (what a `yes` there
+  needs);
 - only to the cells the verdict rests on: at every size, its best lr and the nearest lr tried on each side
   (the optimum's fit) and the lrs on both sides of the reference size's optimum (the lr carried to it);
 - per batch, the predicted need, but at least half again the seeds and at most twice them (so a row is
@@ -31,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from nas_stab.analysis.optimum import EPS
-from nas_stab.analysis.verdicts import MIN_SEEDS
+from nas_stab.analysis.verdicts import CARRIED_SEEDS, MIN_SEEDS
 
 __all__ = ["Plan", "outlook", "plan", "shrink"]
 
@@ -125,6 +127,9 @@ def plan(a, n_max: int) -> Plan:
                 continue
             target = min(n_max, max(math.ceil(1.5 * n), min(need, 2 * n)))
         sz = a.sizes[a.sizes["_k"] == k]
+        if "fail_near_carried" in sz.columns and (sz["fail_near_carried"] & (sz["carried_seeds"] < CARRIED_SEEDS)).any():
+            # a yes beside a partly failing cell needs CARRIED_SEEDS at the carried lr (verdicts.CARRIED_SEEDS)
+            target = max(target, min(n_max, CARRIED_SEEDS))
         ref = sz[sz["size"].map(lambda v, want=row["reference_size"]: v == want)]
         ref_x = float(ref["x_star"].iloc[0]) if len(ref) and st.criterion == "regret" else math.nan
         mine = cells[cells["_k"] == k]

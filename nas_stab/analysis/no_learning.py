@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nas_stab import metrics
-from nas_stab.analysis.optimum import did_not_learn
+from nas_stab.analysis.optimum_fit import did_not_learn
 
 __all__ = ["NoLearning", "counted_values", "no_learning", "no_learning_level", "stuck_undefined"]
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.carried import near_carried
 from nas_stab.analysis.intervals import factor, widen
-from nas_stab.analysis.optimum_fit import EPS, _nanquantiles, _quiet, _take, fit
+from nas_stab.analysis.optimum_fit import EPS, _nanquantiles, _quiet, _take, did_not_learn, fit
 from nas_stab.analysis.optimum_regret import bound_transfer_regrets, hidden_gain
 
 __all__ = ["EPS", "did_not_learn", "estimate", "fit"]
@@ -38,16 +39,6 @@ MISFIT = 0.5  # the regret's carried ends: a refined optimum may lie this share 
 # a step covered a peak 10 times steeper above its optimum than below in 61-78% of simulated tables (calibration
 # family "skew"), three quarters in 92-95% (docs/leaderboard.md, Intervals)
 XSTAR_MISFIT = 0.75
-NEAR_OCTAVES = 2.0  # a cell this close to the carried lr (any size) whose seeds partly failed asks for CARRIED_SEEDS
-
-
-def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
-    """Where a value did not learn: at or below the trains threshold ``thr = sign * m0 + margin`` in the
-    metric's direction (``sign * v <= thr``), NaN never. The one definition of "did not learn" that the
-    fit (no parabola through such a cell) and the leaderboard's ``stuck`` column share (docs/leaderboard.md)."""
-    v = np.asarray(v, dtype=float)
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(v) & (sign * v <= thr + EPS)
 
 
 def _layout(per_seed: pd.DataFrame, n_sizes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -155,7 +146,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
     rows["lr_drift"] = point["drift"][0]
     rows["lr_drift_lo"], rows["lr_drift_hi"] = _drift_interval(opt.trains, blo, bhi)
-    fail_near, carried_seeds, carried_fails = _near_carried(V, X, sign, thr, point["t"][0])
+    fail_near, carried_seeds, carried_fails = near_carried(V, X, sign, thr, point["t"][0])
     _statistic_intervals(rows, point, reps, opt.n_row, ci, reflect=~fail_near.any(-1))
     if reps:
         bound_transfer_regrets(rows, V=V, P=P, X=X, sign=sign, thr=thr, U=U, ref=ref, point=point, reps=reps, opt=opt,
@@ -353,47 +344,10 @@ def _regret_interval(arr, th, lo, hi, n_row, ci, floor, reflect):
         bias = np.nanmedian(arr, 0) - th
     lo = np.maximum(np.minimum(lo, lo - 2 * np.clip(bias, 0.0, None)), floor)
     # the upper end is reflected only where the regret is not told from 0 (there the bias of the maximum
-    # dominates; away from 0 a regret's replicates are skewed the other way, on flat tops most). Not where a run
-    # near the carried lr did not learn: there the seeds may not show a failing regime, the upper end's risk, and
-    # the reflection cut its one-sided coverage from 0.77 to 0.74 (3 seeds) and from 0.91 to 0.84 (5 seeds) in the
-    # calibration family "bimodal"; elsewhere it covers >= 95% in every family (docs/calibration/)
+    # dominates; away from 0 a regret's replicates are skewed the other way, on flat tops most). Not beside a partly
+    # failing cell (`reflect` False; docs/leaderboard.md, "Never on an open end": its stored one-sided coverage)
     hi = np.where((lo <= floor) & reflect, np.maximum(np.minimum(hi, 2 * th - lo), th), hi)
     return lo, hi
-
-
-def _near_carried(V: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At each [row, size]: whether a cell near the carried lr t[row] partly failed (some seeds learned, others did
-    not) at some size of the row (the tried lrs that bracket t, the next tried lr beyond each of them and every lr
-    within NEAR_OCTAVES of t), the fewest seeds of the cells that bracket t
-    (its own cell where t is a tried lr; 0 where the size's grid does not reach t), and whether a run of those
-    cells did not learn (diverged or stuck: the carried lr fails there)."""
-    K, S, L, _ = V.shape
-    n_cell = np.isfinite(V).sum(-1)  # [K, S, L]
-    fin = n_cell > 0
-    n_failed = did_not_learn(V, sign, thr[:, :, None, None]).sum(-1)
-    failed = n_failed > 0
-    x = np.broadcast_to(X[:, None, :], (K, S, L))
-    tt = t[:, None, None]
-    ar = np.arange(L)
-    lo = np.where(fin & (x <= tt + 1e-9), ar, -1).max(-1)  # [K, S]: the tried lr at or below t
-    hi = np.where(fin & (x >= tt - 1e-9), ar, L).min(-1)  # the tried lr at or above t
-    before = np.where(fin & (ar < lo[..., None]), ar, -1).max(-1)
-    after = np.where(fin & (ar > hi[..., None]), ar, L).min(-1)
-    near = np.zeros((K, S, L), dtype=bool)
-    for idx in (before, lo, hi, after):
-        ok = (idx >= 0) & (idx < L)
-        kk, ss = np.nonzero(ok)
-        near[kk, ss, idx[kk, ss]] = True
-    near |= fin & (np.abs(x - tt) <= NEAR_OCTAVES + 1e-9)
-    # a cell where some seeds learned and others did not is a regime that fails at random (a cliff, where every
-    # seed fails, is not): a property of the lr more than of one size, so such a cell within NEAR_OCTAVES of the
-    # carried lr at any size puts every size's carried cells under suspicion
-    mixed = failed & (n_failed < n_cell)
-    fail_near = np.broadcast_to((near & mixed).any((-1, -2))[:, None], (K, S)) & np.isfinite(t)[:, None]
-    reach = (lo >= 0) & (hi < L)
-    seeds = np.minimum(_take(n_cell, np.clip(lo, 0, L - 1)), _take(n_cell, np.clip(hi, 0, L - 1)))
-    fails = reach & (_take(failed, np.clip(lo, 0, L - 1)) | _take(failed, np.clip(hi, 0, L - 1))) & np.isfinite(t)[:, None]
-    return fail_near, np.where(reach, seeds, 0), fails
 
 
 def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimum, present: np.ndarray,

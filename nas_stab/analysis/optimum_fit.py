@@ -14,9 +14,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["EPS", "fit"]
+__all__ = ["EPS", "did_not_learn", "fit"]
 
 EPS = 1e-9
+
+
+def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
+    """Where a value did not learn: at or below the trains threshold ``thr = sign * m0 + margin`` in the
+    metric's direction (``sign * v <= thr``), NaN never. The one definition of "did not learn" that the
+    fit (no parabola through such a cell) and the leaderboard's ``stuck`` column share (docs/leaderboard.md)."""
+    v = np.asarray(v, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(v) & (sign * v <= thr + EPS)
+
 
 
 class _quiet:

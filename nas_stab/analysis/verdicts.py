@@ -31,11 +31,7 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
     sz = sizes.sort_values(["_k", "_s"], kind="mergesort")
     bounds = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="left")
     ends = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="right")
-    cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr", "rest_seeds")}
-    cols["end"] = sz["bracket_end"].to_numpy() if "bracket_end" in sz.columns else np.full(len(sz), "", dtype=object)
-    cols["open"] = sz["open_above"].to_numpy(bool) if "open_above" in sz.columns else np.zeros(len(sz), bool)
-    cols["fail_near"] = sz["fail_near_carried"].to_numpy(bool) if "fail_near_carried" in sz.columns else np.zeros(len(sz), bool)
-    cols["carried_seeds"] = sz["carried_seeds"].to_numpy() if "carried_seeds" in sz.columns else np.full(len(sz), CARRIED_SEEDS)
+    cols = _size_columns(sz)
     names = np.array([fmt_value(v[1]) for v in size_vals], dtype=object)
     need = ["lr_drift_lo", "lr_drift_hi", "worst_regret_lo", "worst_regret_hi", "epsilon", "seeds", "min_seeds", "sizes",
             "grid_max_step", "grid_step", "_unrefined"]
@@ -87,21 +83,7 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
         if sized and r["grid_max_step"] > 1 + EPS:
             inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
         if sized and r["sizes"] >= 2:
-            if not np.isfinite(hi):
-                if r["seeds"] >= MIN_SEEDS and not cens and np.isnan(hi):
-                    inc.append(f"no {'lr_drift' if criterion == 'drift' else 'worst_regret'} interval")
-                elif np.isinf(hi) and not cens:
-                    # never a yes on an open end: say what would close it
-                    inc.append(_open_above(ci, name, g))
-            elif hi > bound - room + EPS:
-                inc.append(f"{ci} above {unit}" if lo > bound + EPS else f"{ci} straddles {unit}")
-                if room and lo <= bound + room + EPS and hi > bound - room + EPS and hi <= bound + EPS:
-                    inc[-1] = f"{ci} within a grid step of {unit} (optima at grid points)"
-        thin = [f"{n} ({int(c)})" if c > 0 else f"{n} (the carried lr not tried)" for n, f, c in zip(name, g["fail_near"], g["carried_seeds"])
-            if f and c < CARRIED_SEEDS]
-        if sized and thin and criterion == "regret":
-            inc.append(f"a cell near the carried lr partly failed; its cells at {', '.join(thin)} need {CARRIED_SEEDS} seeds "
-                       "that learn to show it trains")
+            inc += _interval_reasons(r, lo, hi, bound, room, ci, unit, bool(cens), criterion, name, g)
         if inc:
             said.append("inconclusive")
             whys.append("; ".join(inc))
@@ -110,6 +92,39 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
             whys.append(f"{ci} <= {unit}")
     rows["transfers"] = said
     rows["why"] = whys
+
+
+def _size_columns(sz: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The per-size columns the verdicts read, sorted like `sz` (defaults where an older table lacks one)."""
+    cols = {c: sz[c].to_numpy() for c in ("_s", "trains", "all_diverged", "censored", "grid_lr", "rest_seeds")}
+    n = len(sz)
+    cols["end"] = sz["bracket_end"].to_numpy() if "bracket_end" in sz.columns else np.full(n, "", dtype=object)
+    cols["open"] = sz["open_above"].to_numpy(bool) if "open_above" in sz.columns else np.zeros(n, bool)
+    cols["fail_near"] = sz["fail_near_carried"].to_numpy(bool) if "fail_near_carried" in sz.columns else np.zeros(n, bool)
+    cols["carried_seeds"] = sz["carried_seeds"].to_numpy() if "carried_seeds" in sz.columns else np.full(n, CARRIED_SEEDS)
+    return cols
+
+
+def _interval_reasons(r: dict, lo: float, hi: float, bound: float, room: float, ci: str, unit: str, cens: bool,
+                      criterion: str, name: np.ndarray, g: dict) -> list[str]:
+    """Why the interval a sized row's verdict rests on does not decide a yes: none, an open end (never decided on:
+    `_open_above` says what closes it), an end beyond the bound, or seeds too few beside a partly failing cell."""
+    inc = []
+    if not np.isfinite(hi):
+        if r["seeds"] >= MIN_SEEDS and not cens and np.isnan(hi):
+            inc.append(f"no {'lr_drift' if criterion == 'drift' else 'worst_regret'} interval")
+        elif np.isinf(hi) and not cens:
+            inc.append(_open_above(ci, name, g))
+    elif hi > bound - room + EPS:
+        inc.append(f"{ci} above {unit}" if lo > bound + EPS else f"{ci} straddles {unit}")
+        if room and lo <= bound + room + EPS and hi > bound - room + EPS and hi <= bound + EPS:
+            inc[-1] = f"{ci} within a grid step of {unit} (optima at grid points)"
+    thin = [f"{n} ({int(c)})" if c > 0 else f"{n} (the carried lr not tried)"
+            for n, f, c in zip(name, g["fail_near"], g["carried_seeds"]) if f and c < CARRIED_SEEDS]
+    if thin and criterion == "regret":
+        inc.append(f"a cell near the carried lr partly failed; its cells at {', '.join(thin)} need {CARRIED_SEEDS} seeds "
+                   "that learn to show it trains")
+    return inc
 
 
 def _open_above(ci: str, name: np.ndarray, g: dict) -> str:
