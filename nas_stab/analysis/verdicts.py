@@ -19,7 +19,7 @@ DEFAULT_EPSILON = "3%"
 MIN_SEEDS = 3  # a yes or a no needs at least this many seeds in every cell its optima rest on
 # a yes where a cell near the carried lr partly failed (some seeds learned, others did not: a regime that fails at
 # random) needs this many seeds in the carried lr's own cells at every size: 3 clean seeds miss a 20% failure rate
-# half the time (docs/leaderboard.md, "Never on an open end"; optimum.NEAR_OCTAVES says how near)
+# half the time (docs/leaderboard.md, "Never on an open end"; carried.NEAR_OCTAVES says how near)
 CARRIED_SEEDS = 10
 
 
