@@ -91,6 +91,19 @@ def markdown(r: pd.DataFrame, how: str, begin: str = BEGIN, end: str = END) -> s
     return f"{begin}\n{how}\n\n" + "\n".join(lines) + f"\n{end}"
 
 
+def write_block(begin: str, end: str, body: str) -> bool:
+    """Replace the text from `begin` to `end` (markers included; `body` carries them) in docs/leaderboard.md."""
+    doc = ROOT / "docs" / "leaderboard.md"
+    text = doc.read_text(encoding="utf-8")
+    if begin not in text or end not in text:
+        print(f"{doc} has no {begin} ... {end} markers", file=sys.stderr)
+        return False
+    i, j = text.index(begin), text.index(end) + len(end)
+    doc.write_text(text[:i] + body + text[j:], encoding="utf-8")
+    print(f"wrote {doc}")
+    return True
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tables", type=int, default=200, help="simulated tables per setting (default 200)")
@@ -132,14 +145,8 @@ def main(argv=None) -> int:
         body = markdown(r, how, begin, end)
         if miss:
             body = body.replace(end, "\nMissed: " + "; ".join(miss) + "\n" + end)
-        doc = ROOT / "docs" / "leaderboard.md"
-        text = doc.read_text(encoding="utf-8")
-        if begin not in text:
-            print(f"{doc} has no {begin} marker", file=sys.stderr)
+        if not write_block(begin, end, body):
             return 1
-        i, j = text.index(begin), text.index(end) + len(end)
-        doc.write_text(text[:i] + body + text[j:], encoding="utf-8")
-        print(f"wrote {doc}")
         if adaptive is None:
             store = ROOT / calibration_file()
             r.assign(rules=RULES_VERSION, tables=a.tables, boot=a.boot).to_csv(store, index=False, lineterminator="\n", float_format="%.4g")

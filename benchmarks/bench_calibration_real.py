@@ -16,11 +16,11 @@ lists the misses it knows, with their measured cause (`nas_stab.analysis.rules.K
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
+from bench_calibration import write_block
 
 from nas_stab.analysis.calibration_real import evaluate_real
 from nas_stab.analysis.rules import RULES_VERSION, real_calibration_file
@@ -73,14 +73,8 @@ def main(argv=None) -> int:
         print(f"wrote {store} (rules {RULES_VERSION})")
         how = (f"`python benchmarks/bench_calibration_real.py --write` (rules {RULES_VERSION}; {a.tables} tables per setting, "
                f"{a.boot} bootstrap replicates; {len(miss)} target(s) missed, listed after the table)")
-        doc = ROOT / "docs" / "leaderboard.md"
-        text = doc.read_text(encoding="utf-8")
-        if BEGIN not in text:
-            print(f"{doc} has no {BEGIN} marker", file=sys.stderr)
+        if not write_block(BEGIN, END, markdown(r, how, miss)):
             return 1
-        i, j = text.index(BEGIN), text.index(END) + len(END)
-        doc.write_text(text[:i] + markdown(r, how, miss) + text[j:], encoding="utf-8")
-        print(f"wrote {doc}")
     return 0
 
 

@@ -19,6 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _bench(name: str):
+    import sys
+
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))  # as `python benchmarks/NAME.py` runs them: beside each other
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
