@@ -61,8 +61,10 @@ def _num(v: str):
 
 
 def assert_same_records(got: list[dict], want: list[dict]) -> None:
-    """The same rows, columns, keys, statuses and texts; numbers equal to 5 significant digits (the
-    fixtures were written on a CPU whose vector kernels round differently in the 7th digit)."""
+    """The same rows, columns, keys, statuses and texts; numbers equal to 5 significant digits, or within 1e-6 of
+    each other (the fixtures were written on a CPU whose vector kernels round differently in the 7th digit; a
+    difference of two losses near 2.3, as final_loss_drop, carries their rounding: 0.0348803 on an Intel CPU,
+    0.0348799 on the AMD one that wrote the fixture)."""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert list(g) == list(w)
@@ -71,7 +73,7 @@ def assert_same_records(got: list[dict], want: list[dict]) -> None:
             if a is None or b is None or math.isnan(a) or math.isnan(b):
                 assert g[k] == w[k], (k, g[k], w[k])
             else:
-                assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9), (w.get("trial"), w.get("seed"), k, g[k], w[k])
+                assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), (w.get("trial"), w.get("seed"), k, g[k], w[k])
 
 
 @pytest.mark.parametrize("name", ["grid", "sampled"])

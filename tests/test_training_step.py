@@ -10,9 +10,10 @@ of results) with `python tests/test_training_step.py --write`.
 
 Bit-exact results hold for one torch version on one kind of CPU: the kernels torch picks depend
 on the CPU's vector extensions (`torch.backends.cpu.get_cpu_capability()`: AVX2 and AVX512 round
-differently in the 7th digit), so there is one golden file per instruction set
-(`train_run_golden.json`: AVX512, `train_run_golden_avx2.json`: AVX2), each recording torch's
-version, the machine and the capability. A machine checks every golden its CPU can run: its own in
+differently in the 7th digit), and on the CPU's vendor (AMD and Intel AVX512 differ in the 7th digit too), so there is one golden
+file per vendor and instruction set (`train_run_golden.json`: AMD AVX512, `train_run_golden_avx2.json`:
+AMD AVX2, `train_run_golden_intel*.json`: Intel), each recording torch's version, the machine, the
+capability and the vendor; a golden of another vendor is skipped with the reason. A machine checks every golden its CPU can run: its own in
 this process, a lower one (AVX2 on an AVX512 CPU) in a subprocess with `ATEN_CPU_CAPABILITY` set, so
 the AVX2 golden is exercised on the project's AVX512 machines too. Write one with
 `[ATEN_CPU_CAPABILITY=avx2] python tests/test_training_step.py --write`.
@@ -27,8 +28,13 @@ from pathlib import Path
 
 import pytest
 
-GOLDEN = Path(__file__).parent / "data" / "train_run_golden.json"  # AVX512 (the project's machines)
-GOLDENS = {"AVX512": GOLDEN, "AVX2": Path(__file__).parent / "data" / "train_run_golden_avx2.json"}
+DATA = Path(__file__).parent / "data"
+GOLDEN = DATA / "train_run_golden.json"  # AVX512 on AMD (the machines the project started on)
+# (CPU vendor, capability): the same capability's kernels round differently on AMD and Intel CPUs (MKL and oneDNN
+# pick their code paths by vendor too: the AMD goldens differ in the 7th digit on an Intel AVX512 machine)
+GOLDENS = {("AuthenticAMD", "AVX512"): GOLDEN, ("AuthenticAMD", "AVX2"): DATA / "train_run_golden_avx2.json",
+           ("GenuineIntel", "AVX512"): DATA / "train_run_golden_intel.json",
+           ("GenuineIntel", "AVX2"): DATA / "train_run_golden_intel_avx2.json"}
 ORDER = ("DEFAULT", "AVX2", "AVX512")  # a CPU runs its own capability's kernels and every lower one's
 
 BASE = """\
@@ -91,12 +97,15 @@ def _runs_with(capability: str) -> dict:
     return _BY_CAPABILITY[capability]
 
 
-@pytest.mark.parametrize("capability", sorted(GOLDENS))
+@pytest.mark.parametrize("vendor,capability", sorted(GOLDENS))
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_train_run_bit_identical_to_golden(name, capability):
-    golden = json.loads(GOLDENS[capability].read_text())
+def test_train_run_bit_identical_to_golden(name, vendor, capability):
+    golden = json.loads(GOLDENS[(vendor, capability)].read_text())
     here = _platform()
     made = golden["platform"]
+    made_by = made[3] if len(made) > 3 else "AuthenticAMD"  # the first goldens recorded no vendor: AMD EPYC
+    if made_by != _vendor():
+        pytest.skip(f"golden results were made on a {made_by} CPU; this one is {_vendor()}")
     if made[:2] != here[:2]:
         pytest.skip(f"golden results were made with torch {made[0]} on {made[1]}; here: {here[:2]}")
     if made[2] not in ORDER or here[2] not in ORDER or ORDER.index(made[2]) > ORDER.index(here[2]):
@@ -134,9 +143,21 @@ def _platform() -> list[str]:
     return [torch.__version__, platform.machine(), torch.backends.cpu.get_cpu_capability()]
 
 
+def _vendor() -> str:
+    """The CPU's vendor (/proc/cpuinfo's vendor_id: AuthenticAMD, GenuineIntel; else what `platform` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    path = GOLDENS[_platform()[2]]
-    path.write_text(json.dumps({"platform": _platform(), "runs": {n: _plain(_run(n)) for n in sorted(RUNS)}}, indent=1) + "\n")
+    path = GOLDENS[(_vendor(), _platform()[2])]
+    path.write_text(json.dumps({"platform": _platform() + [_vendor()], "runs": {n: _plain(_run(n)) for n in sorted(RUNS)}},
+                               indent=1) + "\n")
     print(f"wrote {path}")
 elif __name__ == "__main__" and sys.argv[1:] == ["--print"]:  # the runs with this process's kernels, for the test
     print(json.dumps({n: _plain(_run(n)) for n in sorted(RUNS)}))
