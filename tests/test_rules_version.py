@@ -140,6 +140,21 @@ def test_a_yes_beside_a_partly_failing_cell_needs_the_carried_lrs_seeds():
     assert many["transfers"] == "yes", many["why"]
 
 
+def test_never_yes_when_a_run_of_the_carried_lrs_cells_failed():
+    """Every size the same peak with CARRIED_SEEDS seeds; at the largest size one seed of the optimum's own cell (the
+    carried lr's) diverged: the row is not a yes, it ranks as a row whose carried lr fails, and if inconclusive its
+    why says the carried lr's runs there would show whether it trains."""
+    rng = np.random.default_rng(3)
+    grid = [0.001 * 2 ** (i / 2) for i in range(11)]
+    vals: dict[int, dict[float, list[float]]] = {}
+    for size in (1, 2, 4):
+        vals[size] = {lr: list(_peak(i / 2, 2.5) + rng.normal(0, 0.003, CARRIED_SEEDS)) for i, lr in enumerate(grid)}
+    vals[4][grid[5]][0] = math.nan
+    r = _rows(_hand_table(vals)).iloc[0]
+    assert r["carried_fails"] and r["transfers"] != "yes"
+    assert r["transfers"] == "no" or "runs at the carried lr there would show whether it trains" in r["why"]
+
+
 def test_a_row_whose_carried_lr_fails_ranks_below_one_whose_carried_lr_trains_everywhere():
     """Row "healthy" diverges only 2.5 octaves above its optimum, at every size (many divergences); row "fails" has
     one divergence, at the carried lr of its largest size, and a better best value. The healthy row ranks first."""

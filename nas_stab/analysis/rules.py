@@ -17,10 +17,11 @@ RULES_VERSION = "2026.12"
 HISTORY = {
     "2026.11": "the rules every table published up to 2026-11-28 was judged by (before versions were recorded)",
     "2026.12": "no yes on an open upper end and no no on an open lower end (why says what closes it); a yes where "
-               "a run within a step of the carried lr did not learn needs 10 seeds that learn in the carried lr's "
-               "cells; the printed x* interval of a refined optimum spans 3/4 of the local step on each side; a row "
-               "whose carried lr fails at some size ranks below every row whose carried lr trains everywhere; "
-               "claims carry Benjamini-Hochberg q-values",
+               "a cell within 2 octaves of the carried lr partly failed needs 10 seeds that learn in the carried lr's "
+               "cells, and no yes where a run of those cells failed; the printed x* interval of a refined optimum spans "
+               "3/4 of the local step on each side; a row whose carried lr fails at some size ranks below every row "
+               "whose carried lr trains everywhere; claims carry p-values, Benjamini-Hochberg q-values, their "
+               "declaration and freshness",
 }
 
 # targets of the stored calibration table this version misses, each with its cause (docs/leaderboard.md,

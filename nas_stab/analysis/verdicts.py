@@ -102,6 +102,7 @@ def _size_columns(sz: pd.DataFrame) -> dict[str, np.ndarray]:
     cols["open"] = sz["open_above"].to_numpy(bool) if "open_above" in sz.columns else np.zeros(n, bool)
     cols["fail_near"] = sz["fail_near_carried"].to_numpy(bool) if "fail_near_carried" in sz.columns else np.zeros(n, bool)
     cols["carried_seeds"] = sz["carried_seeds"].to_numpy() if "carried_seeds" in sz.columns else np.full(n, CARRIED_SEEDS)
+    cols["carried_fails"] = sz["carried_fails"].to_numpy(bool) if "carried_fails" in sz.columns else np.zeros(n, bool)
     return cols
 
 
@@ -124,6 +125,11 @@ def _interval_reasons(r: dict, lo: float, hi: float, bound: float, room: float, 
     if thin and criterion == "regret":
         inc.append(f"a cell near the carried lr partly failed; its cells at {', '.join(thin)} need {CARRIED_SEEDS} seeds "
                    "that learn to show it trains")
+    # a yes needs the evidence that the carried lr trains at every size: every run of the cells it lies between
+    beside = [str(n) for n, f in zip(name, g["carried_fails"]) if f]
+    if beside and criterion == "regret":
+        inc.append(f"a run of the carried lr's cells at {', '.join(beside)} did not learn: runs at the carried lr there "
+                   "would show whether it trains")
     return inc
 
 
