@@ -61,6 +61,23 @@ def _table_of(path: str) -> str | None:
     return m.group(1) if m else None
 
 
+def full_history() -> bool:
+    """Whether this checkout holds the repository's whole history (a shallow clone or an export does not: there
+    the declaration columns are kept as stored, `stored_declarations`)."""
+    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True, cwd=ROOT)
+    return done.returncode == 0 and done.stdout.strip() == "false"
+
+
+def stored_declarations(table: Path) -> dict[str, dict[str, str]]:
+    """The declaration columns of a table's stored claims.csv, per claim id."""
+    path = table / "claims.csv"
+    if not path.is_file():
+        return {}
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    cols = [c for c in ("declared", "declared_in", "data_from") if c in df.columns]
+    return {r["id"]: {c: r[c] for c in cols} for r in df.to_dict("records")}
+
+
 def declarations() -> dict[tuple[str, str], str]:
     """The commit that first declared each (table, claim id), from the history of every claims file (a claim
     moved from spaces/.../TABLE.claims.yaml to leaderboards/TABLE/claims.yaml keeps the commit that first declared
@@ -134,7 +151,9 @@ def judge(table: Path, declared: dict[tuple[str, str], str] | None = None) -> pd
     """The claims of one table directory, judged (columns of `claim_verdicts.COLUMNS` plus ``table`` and the
     declaration columns: ``declared`` before the data yes / no / unknown, ``declared_in``, ``data_from``, and
     ``not_fresh``, the seeds a confirmation shared with the table and that were left out of it)."""
-    declared = declarations() if declared is None else declared
+    history = full_history()
+    declared = (declarations() if history else {}) if declared is None else declared
+    stored = stored_declarations(table)
     claims = load_claims(table / "claims.yaml")
     spec = experiment_data(spec_file(table.name))
     metric = lookup(spec, "leaderboard.metric") or lookup(spec, "search.objective") or "val_acc"
@@ -157,9 +176,13 @@ def judge(table: Path, declared: dict[tuple[str, str], str] | None = None) -> pd
         r = evaluate([c], own, metric=str(metric), lr_key=str(lookup(spec, "leaderboard.lr") or "train.lr"),
                      classes=classes, base=spec)
         commits = data_commits(table, used)
-        r["declared"] = declared_before(declared.get((table.name, c.id)), commits)
-        r["declared_in"] = (declared.get((table.name, c.id)) or "")[:12]
-        r["data_from"] = " ".join(x[:12] for x in commits)
+        if history:
+            r["declared"] = declared_before(declared.get((table.name, c.id)), commits)
+            r["declared_in"] = (declared.get((table.name, c.id)) or "")[:12]
+            r["data_from"] = " ".join(x[:12] for x in commits)
+        else:  # no history to read: what the last full checkout wrote
+            for col, v in stored.get(c.id, {"declared": "unknown", "declared_in": "", "data_from": ""}).items():
+                r[col] = v
         r["not_fresh"] = " ".join(str(x) for x in sorted(set(dropped)))
         rows.append(r)
     out = pd.concat(rows, ignore_index=True)
@@ -276,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything is out of date")
     args = ap.parse_args(argv)
     stale: list[str] = []
-    declared = declarations()
+    declared = declarations() if full_history() else {}
+    if not declared:
+        print("claims.py: this checkout has no full git history: each claim's declaration is kept as stored", file=sys.stderr)
     tables = sorted(p for p in BOARDS.iterdir() if (p / "claims.yaml").is_file() and p.name != "archive")
     every = add_q_values(pd.concat([judge(t, declared) for t in tables], ignore_index=True))
     frames = []
