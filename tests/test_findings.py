@@ -20,7 +20,8 @@ from nas_stab.analysis.claims import Claim, load_claims
 
 REPO = Path(__file__).resolve().parents[1]
 BOARDS = REPO / "leaderboards"
-HAS_GIT = (REPO / ".git").exists() and subprocess.run(["git", "log", "-1"], cwd=REPO, capture_output=True).returncode == 0
+_SHALLOW = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True)
+HAS_GIT = _SHALLOW.returncode == 0 and _SHALLOW.stdout.strip() == "false"  # the whole history, not a shallow clone
 
 
 def _claims_module():
@@ -55,7 +56,7 @@ def test_every_claim_says_whether_it_was_declared_before_its_data():
     assert (df.loc[df["table"].isin(["stam-fig4-mnist1d", "skip-lambda-mnist1d"]), "declared"] == "yes").all()
 
 
-@pytest.mark.skipif(not HAS_GIT, reason="needs the repository's git history")
+@pytest.mark.skipif(not HAS_GIT, reason="needs the repository's whole git history (not a shallow clone)")
 def test_declared_before_follows_git_ancestry(cl):
     """A claim declared in commit A is declared before runs trained from B when A is B or one of B's ancestors."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
