@@ -3,9 +3,10 @@
 Each *family* is a curve shape of the metric against ``x = log2(lr)`` that real sweeps produce, with a
 noise model: a symmetric or asymmetric peak, a divergence cliff beside the optimum, an optimum at the
 edge of a cliff, an accuracy ceiling with binomial noise, a flat (quartic) top, a 2-octave plateau,
-heteroscedastic and heavy-tailed noise, random divergences, missing runs, and run directories merged
-per size. `simulate` draws trials tables (the columns of ``trials.csv``) of many independent tables at
-once; `truth` gives each table's true per-size optimum, drift and regrets; `evaluate` runs `analyze`
+heteroscedastic and heavy-tailed noise, random divergences, missing runs, run directories merged
+per size, a peak 10x steeper above its optimum (`skew`), a largest size that trains at one or two lrs
+only (`isolated`) and cells where some seeds get stuck (`bimodal`). `simulate` draws trials tables (the
+columns of ``trials.csv``) of many independent tables at once; `truth` gives each table's true per-size optimum, drift and regrets; `evaluate` runs `analyze`
 (the code that builds every leaderboard) and reports P(yes), P(no) and the coverage of the printed
 intervals. `tests/test_calibration.py` runs a fast subset; ``benchmarks/bench_calibration.py`` the whole
 table of docs/leaderboard.md.
@@ -122,12 +123,13 @@ def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.Da
         div = np.broadcast_to(_diverges(s.family, x[None, None, :], xs[..., None], cliff[..., None])[..., None], shape).copy()
         if s.family == "rand_div":
             div |= rng.random(shape) < 0.03
+        step = _step(x)
         if s.family in ("isolated", "bimodal"):
-            step = _step(x)
             largest = (np.arange(s.sizes) == s.sizes - 1)[None, :, None]
             if s.family == "isolated":  # the largest size trains only from one step below its optimum to its cliff
-                div |= np.broadcast_to((largest & (x[None, None, :] > xs[..., None] + cliff[..., None]))[..., None], shape)
-                stuck = np.broadcast_to((largest & (x[None, None, :] < xs[..., None] - step))[..., None], shape)
+                above, below = _outside_window(x[None, None, :], xs[..., None], cliff[..., None], step)
+                div |= np.broadcast_to((largest & above)[..., None], shape)
+                stuck = np.broadcast_to((largest & below)[..., None], shape)
             else:  # some seeds of a cell stuck at chance: none below the optimum, up to STUCK of them above it
                 stuck = rng.random(shape) < (_stuck_share(x[None, None, :], xs[..., None]) * largest)[..., None]
             val = np.where(stuck, np.clip(CHANCE + rng.normal(size=shape) * s.sd * 0.5, 0.0, 1.0), val)
@@ -143,12 +145,18 @@ def simulate(settings: list[Setting], tables: int, seed: int = 0) -> tuple[pd.Da
             "val_acc": np.where(div.ravel(), np.nan, val.ravel()),
         })
         frames.append(frame[keep.ravel()])
-        truths[si] = {**truth(s, xs, cliff, _step(x)), "xs": xs, "cliff": cliff, "step": _step(x)}
+        truths[si] = {**truth(s, xs, cliff, step), "xs": xs, "cliff": cliff, "step": step}
     return pd.concat(frames, ignore_index=True), truths
 
 
 def _step(x: np.ndarray) -> float:
     return float(np.median(np.diff(x))) if x.size > 1 else 1.0
+
+
+def _outside_window(x: np.ndarray, xs: np.ndarray, cliff: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """"isolated": where the largest size diverges (above its cliff) and where it is stuck (more than a step below its
+    optimum)."""
+    return x > xs + cliff, x < xs - step
 
 
 def _stuck_share(x: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -164,7 +172,8 @@ def _expected(s: Setting, x: np.ndarray, xs: np.ndarray, cliff: np.ndarray, step
     v = _curve(s.family, x, xs_)
     largest = (np.arange(xs.shape[1]) == xs.shape[1] - 1)[None, :, None]
     if s.family == "isolated":
-        v = np.where(largest & ((x > xs_ + cl) | (x < xs_ - step)), CHANCE, v)
+        above, below = _outside_window(x, xs_, cl, step)
+        v = np.where(largest & (above | below), CHANCE, v)
     elif s.family == "bimodal":
         p = _stuck_share(x, xs_) * largest
         v = (1 - p) * v + p * CHANCE
@@ -291,7 +300,7 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
 
 
 def fingerprint(tables: int = 12, n_boot: int = 100) -> pd.DataFrame:
-    """The verdict and why of fixed simulated tables (every family at true drifts 0, 1 and 2 octaves, 3 and 5 seeds,
+    """The verdict of fixed simulated tables (every family at true drifts 0, 1 and 2 octaves, 3 and 5 seeds,
     3 sizes, a half-octave grid; simulation and bootstrap seeds fixed): what a rules version stores so that a change
     that moves a verdict without bumping the version is caught (`nas_stab.analysis.rules`)."""
     settings = [Setting(f, d, 3, k, 0.01, "half") for k in (3, 5) for f in FAMILIES for d in (0.0, 1.0, 2.0)]

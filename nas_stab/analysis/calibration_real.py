@@ -20,7 +20,6 @@ counts only the other sizes, the cost of carrying beyond the reference size's ow
 """
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.no_learning import NoLearning, counted_values, no_learning_level
 from nas_stab.analysis.table import analyze
 from nas_stab.metrics import direction
 
@@ -82,23 +82,23 @@ def sources(root: Path = ROOT, tables: tuple[str, ...] = TABLES) -> list[RealRow
     return out
 
 
-def _counted(runs: pd.DataFrame, sign: float, m0: float) -> np.ndarray:
-    """Each run's value as the leaderboard counts it: m0 for a run that did not complete with a finite value,
-    worse values clamped to m0."""
+def _counted(runs: pd.DataFrame, metric: str, sign: float) -> tuple[np.ndarray, NoLearning]:
+    """Each run's value as the leaderboard counts it (`no_learning.counted_values`: m0 for a run that did not
+    complete with a finite value, worse values clamped to m0) and the no-learning level it used."""
     v = runs["v"].to_numpy(dtype=float)
-    ok = (runs["status"].to_numpy() == "complete") & np.isfinite(v)
-    v = np.where(ok, v, m0)
-    return np.where(sign * v < sign * m0, m0, v)
+    finite = np.isfinite(v)
+    ok = (runs["status"].to_numpy() == "complete") & finite
+    level = no_learning_level(metric, CLASSES, None, None, v, ok, finite)
+    return counted_values(v, ok, np.zeros(len(v), dtype=bool), finite, sign, level)[0], level
 
 
 def _simulate(row: RealRow, shift: float, seeds: int, tables: int, rng: np.random.Generator, setting: int):
     """The trials of `tables` simulated tables from `row` and each size's true curve (log2 lr, pooled mean)."""
     sign = 1.0 if direction(row.metric) == "maximize" else -1.0
-    m0 = math.log(CLASSES) if sign < 0 else 1.0 / CLASSES
     sizes = np.sort(row.runs["size"].unique())
     u = np.arange(sizes.size) / max(1, sizes.size - 1)
     planted = np.round(shift * u / row.step) * row.step  # octaves each size's curve moves, on the grid's lattice
-    counted = _counted(row.runs, sign, m0)
+    counted, level = _counted(row.runs, row.metric, sign)
     frames, curves = [], {}
     for si, s in enumerate(sizes):
         at = (row.runs["size"] == s).to_numpy()
@@ -113,17 +113,17 @@ def _simulate(row: RealRow, shift: float, seeds: int, tables: int, rng: np.rando
                 row.metric: pool["v"].to_numpy()[draw.ravel()]}))
         true = pd.Series(counted[at]).groupby(sub["lr"].to_numpy()).mean()
         curves[si] = (np.log2(true.index.to_numpy(dtype=float)) + planted[si], true.to_numpy(dtype=float))
-    return pd.concat(frames, ignore_index=True), curves, sign, sizes, m0
+    return pd.concat(frames, ignore_index=True), curves, sign, sizes, level
 
 
-def _true_cost(curves: dict, sign: float, x: np.ndarray, m0: float, margin: float) -> np.ndarray:
+def _true_cost(curves: dict, sign: float, x: np.ndarray, level: NoLearning) -> np.ndarray:
     """The true cost [table, size] of carrying log2 lr x[table] to each size (NaN outside a size's grid; inf at a
     size whose pooled curve never trains, no lr beating m0 by the leaderboard's margin: there no lr serves, and the
     verdict's `no` is right whatever was carried)."""
     out = np.full((x.size, len(curves)), np.nan)
     for si, (gx, gy) in curves.items():
         best = np.max(sign * gy)
-        if best - sign * m0 <= margin:
+        if best - sign * level.m0 <= level.margin:
             out[:, si] = np.inf
             continue
         inside = np.isfinite(x) & (x >= gx.min() - 1e-9) & (x <= gx.max() + 1e-9)
@@ -145,16 +145,16 @@ def evaluate_real(rows: list[RealRow] | None = None, *, shifts=(0.0, 0.5, 1.0, 2
         for r in group:
             for sh in shifts:
                 for k in seeds:
-                    trials, curves, sign, sizes, m0 = _simulate(r, sh, k, tables, rng, len(meta))
+                    trials, curves, sign, sizes, level = _simulate(r, sh, k, tables, rng, len(meta))
                     frames.append(trials)
-                    meta.append((r, sh, k, curves, sign, sizes, m0))
+                    meta.append((r, sh, k, curves, sign, sizes, level))
         a = analyze(pd.concat(frames, ignore_index=True), transfer="size", compare=["setting", "table"], metric=metric,
                     classes=CLASSES, n_boot=n_boot, boot_seed=seed)
-        for i, (r, sh, k, curves, sign, sizes, m0) in enumerate(meta):
+        for i, (r, sh, k, curves, sign, sizes, level) in enumerate(meta):
             rr = a.rows[a.rows["setting"] == i].sort_values("table")
             z = a.sizes[(a.sizes["setting"] == i) & (a.sizes["size"] == sizes[0])].set_index("table")
             x_ref = z["x_star"].reindex(rr["table"].to_numpy()).to_numpy(dtype=float)
-            cost = _true_cost(curves, sign, x_ref, m0, float(rr["margin"].median()))
+            cost = _true_cost(curves, sign, x_ref, level)
             known = np.isfinite(cost).all(-1)
             worst = np.where(known, np.nanmax(np.where(np.isfinite(cost), cost, -np.inf), -1), np.nan)
             eps = rr["epsilon"].to_numpy(dtype=float)

@@ -147,16 +147,17 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     rows["lr_drift"] = point["drift"][0]
     rows["lr_drift_lo"], rows["lr_drift_hi"] = _drift_interval(opt.trains, blo, bhi)
     fail_near, carried_seeds, carried_fails = near_carried(V, X, sign, thr, point["t"][0])
+    gain = hidden_gain(X, opt)
     _statistic_intervals(rows, point, reps, opt.n_row, ci, reflect=~fail_near.any(-1))
     if reps:
         bound_transfer_regrets(rows, V=V, P=P, X=X, sign=sign, thr=thr, U=U, ref=ref, point=point, reps=reps, opt=opt,
-                               no_parabola=no_parabola, ci=ci)
+                               no_parabola=no_parabola, ci=ci, gain=gain)
     _summarize_rows(rows, V, point, opt, present, n_size, ref)
-    sizes = _size_table(cells, point, reps, opt, n_size, present, Lc, lr_float, ref, sign=sign, ci=ci, xlo=xlo, xhi=xhi, X=X)
+    sizes = _size_table(cells, point, reps, opt, n_size, present, Lc, lr_float, ref, sign=sign, ci=ci, xlo=xlo, xhi=xhi,
+                        open_above=np.isinf(gain) & opt.trains)
     ks, ss = sizes["_k"].to_numpy(), sizes["_s"].to_numpy()
-    sizes["fail_near_carried"] = fail_near[ks, ss]
-    sizes["carried_seeds"] = carried_seeds[ks, ss]
-    sizes["carried_fails"] = carried_fails[ks, ss]
+    for col, v in (("fail_near_carried", fail_near), ("carried_seeds", carried_seeds), ("carried_fails", carried_fails)):
+        sizes[col] = v[ks, ss]
     # a row whose carried lr fails at some size (a run there diverged or did not learn) ranks below every row
     # whose carried lr trains everywhere (docs/leaderboard.md, Ranking)
     rows["carried_fails"] = (carried_fails & present).any(-1)
@@ -368,7 +369,7 @@ def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimu
         rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
 
-def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float, ref, *, sign, ci, xlo, xhi, X) -> pd.DataFrame:
+def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float, ref, *, sign, ci, xlo, xhi, open_above) -> pd.DataFrame:
     """One row per (row, size) that has runs: its optimum with its interval, censoring, seeds and regret."""
     K = present.shape[0]
     n_rest, trains, j = opt.n_rest, opt.trains, opt.j
@@ -393,7 +394,7 @@ def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float
         "at_transfer": point["at"][0][ki, ss],
         # an unrefined optimum whose value above what was measured has no bound: it trains at its grid lr, and the
         # lr tried next to it on either side does not train (or there is none): the regret's upper end is open
-        "open_above": np.isinf(hidden_gain(X, opt))[ki, ss] & trains[ki, ss],
+        "open_above": open_above[ki, ss],
     })
     sizes.loc[~sizes["trains"], "censored"] = ""
     return sizes

@@ -18,16 +18,17 @@ __all__ = ["bound_transfer_regrets", "hidden_gain"]
 _REGRETS = (("regret", "transfer_regret"), ("worst", "worst_regret"))
 
 
-def bound_transfer_regrets(rows: pd.DataFrame, *, V, P, X, sign, thr, U, ref, point, reps, opt, no_parabola, ci) -> None:
+def bound_transfer_regrets(rows: pd.DataFrame, *, V, P, X, sign, thr, U, ref, point, reps, opt, no_parabola, ci, gain) -> None:
     """Widen the columns ``transfer_regret_lo/_hi`` and ``worst_regret_lo/_hi`` of `rows` (the bootstrap's
-    intervals) for what the bootstrap does not see; `opt` is `optimum._Optimum`, each size's located optimum."""
+    intervals) for what the bootstrap does not see; `opt` is `optimum._Optimum`, each size's located optimum, and
+    `gain` its `hidden_gain`."""
     _widen_to_carried_ends(rows, P, X, sign, thr, U, ref, point, reps, opt, no_parabola, ci)
     # and a lower end free of the maximum's selection bias, which the seed bootstrap does not see where many
     # cells tie near the top (wide plateaus, fine grids, many seeds)
     _widen_to_selection_floor(rows, V, X, point, opt, ref, sign)
     # an unrefined optimum's value may lie above what was measured (`gain`): the regret of its size may be
     # that much larger
-    _widen_by_hidden_gain(rows, X, opt)
+    _widen_by_hidden_gain(rows, gain, opt)
     _censored_bounds(rows, point, opt.trains, ref)
 
 
@@ -140,9 +141,9 @@ def hidden_gain(X, opt) -> np.ndarray:
     return gain
 
 
-def _widen_by_hidden_gain(rows, X, opt) -> None:
-    """Raise each regret's upper end by the largest `_hidden_gain` of the row's sizes that train."""
-    g = np.where(opt.trains, hidden_gain(X, opt), 0.0).max(-1)
+def _widen_by_hidden_gain(rows, gain, opt) -> None:
+    """Raise each regret's upper end by the largest `hidden_gain` of the row's sizes that train."""
+    g = np.where(opt.trains, gain, 0.0).max(-1)
     for col in ("transfer_regret", "worst_regret"):
         rows[col + "_hi"] = rows[col + "_hi"] + np.where(np.isfinite(rows[col + "_hi"]), g, 0.0)
 
