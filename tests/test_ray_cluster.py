@@ -63,7 +63,10 @@ def test_worker_node_killed_mid_trial(ray_two_nodes, tmp_path):
         space={"model.branches": [1, 2]},
         # 2400 steps: long enough that neither trial can finish before the other's first checkpoint even when
         # Ray starts the second one seconds later (480-step trials lost that race once in a quiet-machine CI run)
-        train={"threads": 1, "steps": 2400, "eval_every": 200},
+        # lr 0.01, not TINY's 0.05: at 0.05 the 2-branch run sits at the edge of stability for 2400 steps and
+        # diverges on some CPUs (an Intel host: loss 54.6 > 10 x ln 10), completes on others (AMD); at 0.01 both
+        # runs train (val_acc 0.97 and 0.89 on the Intel host), so the test is about the retry, not the rounding
+        train={"threads": 1, "steps": 2400, "eval_every": 200, "lr": 0.01},
         stability={"every": 600},
         runner={"kind": "ray", "concurrency": 2, "max_failures": 2, "checkpoint_every": 20,
                 "storage": str(tmp_path / "tune")},
@@ -91,13 +94,13 @@ def test_worker_node_killed_mid_trial(ray_two_nodes, tmp_path):
     spec, d, counts = run_ray_text(text, tmp_path / "ray")
     t.join(5)
     assert killed.is_set(), f"the worker node was never killed: {seen}"
-    assert counts == {"complete": 2}
+    log = (d / "log.txt").read_text()
+    assert counts == {"complete": 2}, (rows(d), log[-4000:])
     study = study_of(spec, d)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     retried = [t for t in study.trials if t.user_attrs.get("ray_failures")]
     assert len(retried) == 1, ([t.user_attrs for t in study.trials], (d / "log.txt").read_text()[-3000:])
     assert retried[0].user_attrs.get("resumed_from_step", 0) >= 20, retried[0].user_attrs
-    log = (d / "log.txt").read_text()
     assert "worker failure 1" in log and "resumed from its checkpoint" in log
     # the resumed trial trained exactly as an uninterrupted one
     local = run_local_text(text.replace("kind: ray", "kind: local"), tmp_path / "local")
