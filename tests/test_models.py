@@ -64,8 +64,10 @@ def combos():
         knobs = PLAIN_KNOBS if arch in ("mlp", "plainnet") else RESIDUAL_KNOBS
         if arch in ("plainnet", "resnet", "resnext"):
             knobs = knobs + CNN_KNOBS[: 1 if arch == "plainnet" else None]
-        if arch in ("resnet", "resnext"):
+        if arch in ("resnet", "resnext", "mlp_resnet"):
             knobs = knobs + PREACT_KNOBS
+        if arch == "mlp_resnet":  # Tensor Programs V's SP init, alone and with the faithful depth block
+            knobs = knobs + ["init: fan_in", "init: fan_in, block: preact, tau: 1/sqrt(L)", "init: fan_in, skip: xskip_ln, skip_lambda: 2"]
         out += [(arch, k) for k in knobs]
     return out
 
@@ -207,8 +209,9 @@ def refuse(arch_text: str, dataset: str = DATASET) -> SpecError:
     ("arch: mlp_resnet, layer_skip: true", "model.layer_skip", "model.skip"),
     ("arch: mlp, layer_skip: true, norm: path_bn", "model.layer_skip", "already carries the identity"),
     ("arch: plainnet, layer_skip: true, parametrization: path, norm: bn", "model.layer_skip", "weight-space"),
-    ("arch: mlp_resnet, block: preact", "model.block", "resnet and resnext"),
-    ("arch: plainnet, block: preact", "model.block", "resnet and resnext"),
+    ("arch: mlp, block: preact", "model.block", "resnet, resnext, mlp_resnet"),
+    ("arch: plainnet, block: preact", "model.block", "resnet, resnext, mlp_resnet"),
+    ("arch: resnet, depth: 8, init: fan_in", "model.init", "is implemented for mlp_resnet"),
     ("arch: resnet, depth: 8, block: preact, norm: path_bn", "model.block", "norm first"),
     ("arch: resnet, depth: 8, block: preact, parametrization: path", "model.block", "norm first"),
     ("arch: resnet, depth: 8, init: xavier_branch", "model.init", "transformer only"),

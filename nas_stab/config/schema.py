@@ -91,20 +91,26 @@ class ModelConfig:
     skip_lambda: Number = _f(1, "lambda of xskip / xskip_ln / rskip_ln")
     skip_norm: Literal["ln", "bn"] = _f("ln", "the Norm of xskip_ln / rskip_ln")
     norm: Literal["none", "bn", "ln", "path_bn"] = _f("none", "normalization inside the residual branches")
-    block: Literal["post", "preact"] = _f("post", "resnet/resnext: post = conv-norm-relu branches, relu after the addition; preact = He et al.'s "
-                                                  "pre-activation block (norm-relu-conv branches, nothing after the addition, a final norm and relu before "
-                                                  "pooling)")
+    block: Literal["post", "preact"] = _f("post", "resnet/resnext/mlp_resnet: post = conv-norm-relu branches, relu after the addition; preact = He et "
+                                                  "al.'s pre-activation block (norm-relu-conv branches, nothing after the addition, a final norm and relu "
+                                                  "before pooling; for mlp_resnet the residual stream of Tensor Programs VI and Bordelon et al., "
+                                                  "h + tau F(relu(h)), with nothing nonlinear on it)")
     layer_skip: bool = _f(False, "mlp and plainnet in weight space: every layer after the first that keeps its width (stride 1) adds its input back after its "
                                  "norm, relu(Norm(W h) + h): the identity path of a Path-BN layer without the path space (the control of a Path-BN "
                                  "comparison)")
-    init: Literal["kaiming", "fixup", "zero_last", "deepnorm", "stam_forward", "stam_update", "xavier_branch"] = _f(
-        "kaiming", "kaiming: the stock init of each architecture (He for ReLU nets, fairseq's Xavier on whole projections for the transformer); "
-                   "xavier_branch: transformer only, Xavier with the fans of one mini block")
+    init: Literal["kaiming", "fixup", "zero_last", "deepnorm", "stam_forward", "stam_update", "xavier_branch", "fan_in"] = _f(
+        "kaiming", "kaiming: the stock init of each architecture (He for ReLU nets, fairseq's Xavier on whole projections for the transformer; "
+                   "for mlp_resnet the tau paper's: fan-out on the input layer A and the readout B, so hidden units shrink like width^-1/2); "
+                   "xavier_branch: transformer only, Xavier with the fans of one mini block; fan_in: mlp_resnet only, every weight N(0, gain / "
+                   "fan_in) (gain 2 before a ReLU, 1 on the readout): the standard parametrization of Tensor Programs V, and the base model "
+                   "mup and depth_mup are stated relative to")
     dropout: float = _f(0.0, ge=0, lt=1)
     ln_mode: Literal["chw", "channel"] = _f("chw", "LN in CNNs: chw = each sample over (channels, H, W), per-channel affine (GroupNorm, one group per "
                                                    "branch); channel = over channels at each position")
-    parametrization: Literal["weight", "path", "sp", "mup", "depth_mup"] = _f("weight", "weight (= sp): the standard parametrization in weight space, every "
-                                                                                        "init as the architecture's papers give it; path: the path-space "
+    parametrization: Literal["weight", "path", "sp", "mup", "depth_mup", "completep"] = _f("weight", "weight (= sp): weight space, every init as "
+                                                                                        "model.init gives it (the default, kaiming, is the architecture's "
+                                                                                        "papers' init; Tensor Programs V's standard parametrization is sp "
+                                                                                        "with init fan_in); path: the path-space "
                                                                                         "network of the Path-BN paper (G-SGD); mup: the Maximal Update "
                                                                                         "Parametrization relative to base_width (Tensor Programs V, Table 3: "
                                                                                         "hidden init variance 1/fan_in, a 1/width-multiplier on the readout, "
@@ -115,13 +121,17 @@ class ModelConfig:
                                                                                         "transformer (width: d_model; also a 1/width multiplier on the tied "
                                                                                         "readout, a constant embedding multiplier, attention logits scaled by "
                                                                                         "1/head_dim; needs ffn_ratio and no head_dim when d_model changes); "
-                                                                                        "depth_mup: mlp, mlp_resnet and resnet (docs/papers.md)")
-    base_width: int | None = _f(None, "mup, depth_mup: the width at which the parametrization equals sp, for the transformer the base d_model (default: "
-                                      "width, or d_model, itself; set it when width or d_model is searched)", ge=1, le=65_536)
-    base_depth: int | None = _f(None, "depth_mup: the depth at which the branch multiplier and lr are those of mup (default: depth itself; set it when depth "
-                                      "is searched)", ge=1, le=10_000)
-    readout_zero_init: bool = _f(False, "mup, depth_mup: start the readout (the logits layer) at zero, as Tensor Programs V recommends; not the transformer's "
-                                        "(its readout is the input embedding, tied)")
+                                                                                        "depth_mup: mlp_resnet and resnet; completep: mup plus CompleteP "
+                                                                                        "(Dey et al. 2025, depth exponent 1) relative to base_depth: branches "
+                                                                                        "x base_depth/depth, the blocks' Adam lr unchanged and their Adam "
+                                                                                        "eps x base_depth/depth; Adam or AdamW, mlp_resnet and resnet "
+                                                                                        "(docs/papers.md)")
+    base_width: int | None = _f(None, "mup, depth_mup, completep: the width at which the parametrization equals sp, for the transformer "
+                                      "the base d_model (default: width, or d_model, itself; set it when width or d_model is searched)", ge=1, le=65_536)
+    base_depth: int | None = _f(None, "depth_mup, completep: the depth at which the branch multiplier and lr are those of mup (default: "
+                                      "depth itself; set it when depth is searched)", ge=1, le=10_000)
+    readout_zero_init: bool = _f(False, "mup, depth_mup, completep: start the readout (the logits layer) at zero, as Tensor Programs V "
+                                        "recommends; not the transformer's (its readout is the input embedding, tied)")
     scalar_bias: bool | None = _f(None, "Fixup-style scalar biases in the residual branches, for normalization-free nets (the tau paper's CIFAR ResNets); "
                                         "default: on with init fixup")
     # transformer

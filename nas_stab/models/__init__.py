@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
-from nas_stab.models.parametrization import apply
+from nas_stab.models.parametrization import WIDTH_FORMS, apply
 from nas_stab.models.parametrization import check as check_parametrization
 from nas_stab.registry import Registry
 
@@ -41,10 +41,10 @@ def check_model(spec: Spec) -> tuple[tuple, str] | None:
 
 def build_model(spec: Spec, info):
     """Build the architecture named by `spec.model.arch` for data described by `info`, in the parametrization
-    `spec.model.parametrization` (weight/sp and path as built; mup and depth_mup rescaled by `parametrization.apply`)."""
+    `spec.model.parametrization` (weight/sp and path as built; mup, depth_mup and completep rescaled by `parametrization.apply`)."""
     build = ARCHS.get(spec.model.arch)
     model = build(spec, info)
-    if spec.model.parametrization in ("mup", "depth_mup"):
+    if spec.model.parametrization in WIDTH_FORMS:
         apply(model, spec, info, build)
     return model
 

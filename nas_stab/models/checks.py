@@ -12,7 +12,8 @@ TRANSFORMER_KEYS = ("d_model", "heads_per_branch", "head_dim", "ffn_per_branch",
                     "dec_layers", "head_dropout", "norm_position")
 SCALED_SKIPS = ("xskip", "xskip_ln", "rskip_ln")
 NORMED_SKIPS = ("xskip_ln", "rskip_ln", "deepnorm")
-PREACT_ARCHS = ("resnet", "resnext")
+PREACT_ARCHS = ("resnet", "resnext")  # the CIFAR ResNets (three stages of their own)
+PREACT_BLOCK = (*PREACT_ARCHS, "mlp_resnet")  # block: preact
 
 
 def _bad(key: str, reason: str):
@@ -28,9 +29,12 @@ def common(spec: Spec, *, conv: bool):
     for key in TRANSFORMER_KEYS:
         if getattr(m, key) != getattr(_DEFAULTS, key):
             return _bad(key, f"{key} applies to arch transformer only, not {m.arch}")
-    if m.block != "post" and m.arch not in PREACT_ARCHS:
+    if m.block != "post" and m.arch not in PREACT_BLOCK:
         return _bad("block", f"block: {m.block} (He et al.'s pre-activation block) applies to "
-                             f"{' and '.join(PREACT_ARCHS)}, not {m.arch}")
+                             f"{', '.join(PREACT_BLOCK)}, not {m.arch}")
+    if m.init == "fan_in" and m.arch != "mlp_resnet":
+        return _bad("init", f"init fan_in (Tensor Programs V's standard parametrization) is implemented for mlp_resnet; "
+                            f"{m.arch}'s stock init is kaiming")
     if m.init == "xavier_branch":
         return _bad("init", "xavier_branch (Xavier with the fans of one mini block) applies to arch transformer only; "
                             f"{m.arch}'s stock init is kaiming")

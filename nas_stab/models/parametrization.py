@@ -65,13 +65,19 @@ from nas_stab.config.schema import Spec
 from nas_stab.models.base import Tau
 from nas_stab.models.transformer_layers import MultiHeadAttention
 
-__all__ = ["LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
+__all__ = ["DEPTH_ALPHA", "EPS_MULT", "LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
 
-WIDTH_FORMS = ("mup", "depth_mup")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
-SUPPORTED = {"mup": ("mlp", "mlp_resnet", "resnet", "transformer"), "depth_mup": ("mlp", "mlp_resnet", "resnet")}
+WIDTH_FORMS = ("mup", "depth_mup", "completep")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
+SUPPORTED = {"mup": ("mlp", "mlp_resnet", "resnet", "transformer"), "depth_mup": ("mlp", "mlp_resnet", "resnet"),
+             "completep": ("mlp_resnet", "resnet")}
+# the depth forms: each residual branch x (L0 / L)^alpha; with Adam the blocks' lr x (L0 / L)^(1 - alpha) (CompleteP's
+# Table 1, eta x m_L^(alpha - 1), which is TP-VI's Adam rule at alpha = 1/2); CompleteP also scales the blocks' Adam eps
+# by (L0 / L)^alpha (nas_stab's depth_mup, published before it, does not)
+DEPTH_ALPHA = {"depth_mup": 0.5, "completep": 1.0}
 # the module whose weight is the readout (the transformer's: the embedding, tied to the output projection)
 READOUT = {"mlp": "head", "mlp_resnet": "B", "resnet": "head", "transformer": "embed"}
 LR_MULT = "_nas_lr_mult"  # the attribute build_optimizer reads on a parameter (default 1)
+EPS_MULT = "_nas_eps_mult"  # Adam's eps multiplier build_optimizer reads on a parameter (default 1)
 
 
 def width_key(arch: str) -> str:
@@ -85,13 +91,17 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
     p = m.parametrization
     if p not in WIDTH_FORMS:
         return None
-    if p == "depth_mup" and m.arch == "mlp":
-        return ("model", "parametrization"), ("depth_mup scales residual branches; the plain mlp has none "
+    if p in DEPTH_ALPHA and m.arch == "mlp":
+        return ("model", "parametrization"), (f"{p} scales residual branches; the plain mlp has none "
                                               "(use mlp_resnet, or mup)")
-    if p == "depth_mup" and m.arch == "transformer":
-        return ("model", "parametrization"), ("depth_mup is not implemented for the transformer: its depth is "
-                                              "enc_layers and dec_layers, not model.depth (Depth-muP's branch "
+    if p in DEPTH_ALPHA and m.arch == "transformer":
+        return ("model", "parametrization"), (f"{p} is not implemented for the transformer: its depth is "
+                                              "enc_layers and dec_layers, not model.depth (the branch "
                                               "multiplier and lr rule are defined over model.depth); use mup")
+    if p == "completep" and spec.train.optimizer not in ("adam", "adamw"):
+        return ("model", "parametrization"), ("completep's rules (Dey et al. 2025, Table 1) are stated for Adam and "
+                                              f"AdamW; train.optimizer is {spec.train.optimizer}: use depth_mup, whose "
+                                              "SGD rule is Tensor Programs VI's")
     if m.arch not in SUPPORTED[p]:
         return ("model", "parametrization"), f"{p} is implemented for {', '.join(SUPPORTED[p])}; not yet for {m.arch!r}"
     if m.norm == "path_bn":
@@ -101,9 +111,9 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
     if f"model.{wkey}" in searched and m.base_width is None:
         return ("model", "base_width"), (f"model.{wkey} is searched: {p} needs a fixed base width "
                                          f"(model.base_width; each {wkey} would otherwise be its own base, i.e. sp)")
-    if p == "depth_mup" and "model.depth" in searched and m.base_depth is None:
-        return ("model", "base_depth"), "model.depth is searched: depth_mup needs a fixed base depth (model.base_depth)"
-    if p == "depth_mup" and m.base_depth is not None and m.base_depth != m.depth:
+    if p in DEPTH_ALPHA and "model.depth" in searched and m.base_depth is None:
+        return ("model", "base_depth"), f"model.depth is searched: {p} needs a fixed base depth (model.base_depth)"
+    if p in DEPTH_ALPHA and m.base_depth is not None and m.base_depth != m.depth:
         from nas_stab.models import ARCHS  # deferred: nas_stab.models imports this module before its registry fills
 
         arch_check = ARCHS.entry(m.arch).info.get("check")
@@ -213,8 +223,8 @@ def apply(model: nn.Module, spec: Spec, info, build) -> list[str]:
         if r_in != 1.0:
             head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))
         head._nas_output_mult = 1.0 / r_in  # type: ignore[assignment]  # for the record (and the tests); torch's stub: Tensor | Module only
-    if m.parametrization == "depth_mup":
-        _depth_mup(model, spec, info, build)
+    if m.parametrization in DEPTH_ALPHA:
+        _depth_scaling(model, spec, info, build, DEPTH_ALPHA[m.parametrization])
     return notes
 
 
@@ -254,10 +264,11 @@ def _transformer_multipliers(model: nn.Module, base: nn.Module, r: float) -> Non
                 mod.scale = math.sqrt(dh0) / mod.dh
 
 
-def _depth_mup(model: nn.Module, spec: Spec, info, build) -> None:
-    """Depth-muP relative to base_depth: the residual branches times sqrt(L0 / L) (through tau) and, with
-    Adam, the blocks' learning rates times sqrt(L0 / L), where L and L0 count residual blocks (`Tau.L`): the
-    mlp_resnet's depth, the resnet's 3n of depth 6n + 2."""
+def _depth_scaling(model: nn.Module, spec: Spec, info, build, alpha: float) -> None:
+    """Depth-muP (alpha 1/2) or CompleteP (alpha 1) relative to base_depth: the residual branches times
+    (L0 / L)^alpha (through tau) and, with Adam, the blocks' learning rates times (L0 / L)^(1 - alpha), where L
+    and L0 count residual blocks (`Tau.L`): the mlp_resnet's depth, the resnet's 3n of depth 6n + 2. CompleteP
+    also multiplies the blocks' Adam eps by (L0 / L)^alpha (its Table 1)."""
     m = spec.model
     tau = model.tau
     assert isinstance(tau, Tau), "depth_mup's architectures (SUPPORTED) share one Tau"
@@ -268,10 +279,12 @@ def _depth_mup(model: nn.Module, spec: Spec, info, build) -> None:
         with torch.device("meta"):  # only its block count: no memory, no init
             L0 = build(dataclasses.replace(spec, model=dataclasses.replace(m, depth=m.base_depth, parametrization="weight")),
                        info).tau.L
-    dm = math.sqrt(L0 / L)
+    ratio = L0 / L
     with torch.no_grad():
-        tau.value.mul_(dm)
+        tau.value.mul_(ratio ** alpha)
     if spec.train.optimizer in ("adam", "adamw"):
         for name, p in model.named_parameters():
             if name.startswith("blocks."):
-                setattr(p, LR_MULT, getattr(p, LR_MULT, 1.0) * dm)
+                setattr(p, LR_MULT, getattr(p, LR_MULT, 1.0) * ratio ** (1.0 - alpha))
+                if spec.model.parametrization == "completep":
+                    setattr(p, EPS_MULT, ratio ** alpha)

@@ -7,8 +7,8 @@ import torch
 
 
 def build_optimizer(model: torch.nn.Module, t) -> torch.optim.Optimizer:
-    """sgd | adam | adamw. A parameter with a `_nas_lr_mult` (muP, Depth-muP) trains at that multiple of
-    the lr, in a group of its own. Scalar (0-d) parameters -- learnable tau, Fixup
+    """sgd | adam | adamw. A parameter with a `_nas_lr_mult` (muP, Depth-muP, CompleteP) trains at that multiple
+    of the lr, in a group of its own (with Adam, `_nas_eps_mult` multiplies its eps). Scalar (0-d) parameters -- learnable tau, Fixup
     biases and multipliers -- train at `scalar_lr_mult` x lr (the tau paper's
     and Fixup's lr/10) with `scalar_weight_decay`, by default the same weight
     decay as every other parameter (Fixup's code decays them too). Path-space
@@ -17,13 +17,16 @@ def build_optimizer(model: torch.nn.Module, t) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     regular = [p for p in params if p.ndim > 0]
     scalars = [p for p in params if p.ndim == 0]
-    # muP / Depth-muP give parameters their own lr multipliers (models/parametrization.py); the weight decay of
-    # such a group is divided by its multiplier, as the mup package's MuAdam and MuSGD scale it
-    by_mult: dict[float, list] = {1.0: []}
+    # muP / Depth-muP / CompleteP give parameters their own lr multipliers (models/parametrization.py); the weight
+    # decay of such a group is divided by its multiplier, as the mup package's MuAdam and MuSGD scale it; CompleteP
+    # also gives the blocks an Adam eps multiplier (`_nas_eps_mult`)
+    by_mult: dict[tuple[float, float], list] = {(1.0, 1.0): []}
     for p in regular:
-        by_mult.setdefault(float(getattr(p, "_nas_lr_mult", 1.0)), []).append(p)
-    groups = [{"params": ps, "lr": t.lr * k, "weight_decay": t.weight_decay / k, "lr_mult": k}
-              for k, ps in by_mult.items() if ps or k == 1.0]
+        key = (float(getattr(p, "_nas_lr_mult", 1.0)), float(getattr(p, "_nas_eps_mult", 1.0)))
+        by_mult.setdefault(key, []).append(p)
+    adam = t.optimizer != "sgd"
+    groups = [{"params": ps, "lr": t.lr * k, "weight_decay": t.weight_decay / k, "lr_mult": k, **({"eps": t.eps * e} if adam else {})}
+              for (k, e), ps in by_mult.items() if ps or (k, e) == (1.0, 1.0)]
     if scalars:
         wd = t.weight_decay if t.scalar_weight_decay is None else t.scalar_weight_decay
         groups.append({"params": scalars, "lr": t.lr * t.scalar_lr_mult, "weight_decay": wd, "lr_mult": t.scalar_lr_mult})
