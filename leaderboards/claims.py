@@ -261,7 +261,22 @@ def findings_table(all_claims: pd.DataFrame) -> str:
 SBEGIN, SEND = "<!-- claims-summary:begin -->", "<!-- claims-summary:end -->"
 
 
-def summary_block(every: pd.DataFrame) -> str:
+def awaiting(boards: Path = BOARDS) -> list[Path]:
+    """Tables declared and awaiting their runs: a claims.yaml (and its experiment file) but no data yet (no csv)."""
+    return sorted(p for p in boards.iterdir() if (p / "claims.yaml").is_file() and not any(p.glob("*.csv"))
+                  and p.name != "archive")
+
+
+def awaiting_line(tables: list[Path]) -> str:
+    """The findings page's line on declared tables still awaiting their runs (none: no line)."""
+    if not tables:
+        return ""
+    parts = [f"{t.name} ({len(load_claims(t / 'claims.yaml'))} claims)" for t in tables]
+    return (f"- **Declared, awaiting their runs**: {', '.join(parts)}: claims committed before any run; judged here once "
+            "their runs are published.\n")
+
+
+def summary_block(every: pd.DataFrame, waiting: list[Path] | None = None) -> str:
     """The findings page's counts of declaration, freshness and multiplicity, from the judged claims (no figure by hand)."""
     n = len(every)
     before = every[every["declared"] == "yes"]
@@ -284,7 +299,7 @@ def summary_block(every: pd.DataFrame) -> str:
         + ".",
         f"- **Rules**: every verdict here judged by rules {', '.join(sorted(set(every['rules'].astype(str))))} (docs/leaderboard.md, Rules versions).",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + awaiting_line(waiting or [])
 
 
 def _replace(page: str, begin: str, end: str, body: str) -> str:
@@ -302,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     declared = declarations() if full_history() else {}
     if not declared:
         print("claims.py: this checkout has no full git history: each claim's declaration is kept as stored", file=sys.stderr)
-    tables = sorted(p for p in BOARDS.iterdir() if (p / "claims.yaml").is_file() and p.name != "archive")
+    waiting = awaiting()
+    tables = sorted(p for p in BOARDS.iterdir() if (p / "claims.yaml").is_file() and p.name != "archive" and p not in waiting)
     every = add_q_values(pd.concat([judge(t, declared) for t in tables], ignore_index=True))
     frames = []
     for table in tables:
@@ -318,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{table.name}: {r['id']}: {r['verdict']} ({int(r['seeds'])} seeds run, {int(r['needed'])} needed)")
     page = README.read_text(encoding="utf-8")
     new = _replace(page, BEGIN, END, findings_table(pd.concat(frames, ignore_index=True)))
-    new = _replace(new, SBEGIN, SEND, summary_block(every))
+    new = _replace(new, SBEGIN, SEND, summary_block(every, waiting))
     if new != page:
         stale.append(str(README.relative_to(ROOT)))
         if not args.check:

@@ -166,6 +166,30 @@ def test_transfer_claims_read_the_leaderboard_row_and_extrapolate_the_seeds():
     assert 5 < need < 20 and out["needed"].iloc[1] == 5
 
 
+def test_a_preregistered_transfer_claim_says_whether_its_prediction_held():
+    from nas_stab.analysis.rules import RULES_VERSION
+
+    board = pd.DataFrame([{"label": lab, "transfers": v, "min_seeds": n, "seeds": n, "worst_regret": 0.0, "worst_regret_lo": 0.0,
+                           "worst_regret_hi": 0.01, "epsilon": 0.026, "plateaus": 0, "sizes": 3}
+                          for lab, v, n in (("x", "yes", 10), ("y", "yes", 10), ("z", "no", 5))])
+    cs = [Claim(id="x", paper="p", says="t", kind="transfer", a={"label": "x"}, predicts="yes", seeds=10, rules=RULES_VERSION),
+          Claim(id="y", paper="p", says="t", kind="transfer", a={"label": "y"}, predicts="no", rules="2026.11"),
+          Claim(id="z", paper="p", says="t", kind="transfer", a={"label": "z"}, predicts="no", seeds=10)]
+    out = list(evaluate(cs, {"leaderboard": board})["verdict"])
+    assert out == ["yes (as predicted)",
+                   f"yes (predicted no: contradicted; declared under rules 2026.11, judged under {RULES_VERSION})",
+                   "no (as predicted; ran 5 of the 10 seeds declared)"]
+
+
+def test_preregistration_fields_are_checked(tmp_path):
+    p = _write(tmp_path, "claims:\n  - {id: a, paper: p, says: s, kind: transfer, a: {label: x}, predicts: maybe, seeds: 0}\n"
+                         "  - {id: b, paper: p, says: s, kind: difference, a: {x: 1}, b: {x: 2}, effect: 0.1, predicts: yes}\n")
+    with pytest.raises(SpecError) as e:
+        load_claims(p)
+    text = str(e.value)
+    assert "claims[0].predicts" in text and "claims[0].seeds" in text and "claims[1].predicts" in text
+
+
 def test_a_claim_can_read_a_confirmation_run_and_a_list_of_runs():
     rng = np.random.default_rng(6)
     pilot, confirm = _runs(rng, 3, gap=0.02, sd=0.01, curve=(0.0, 0.05, 0.0)), _runs(rng, 20, gap=0.02, sd=0.01, lrs=(0.05,), curve=(0.05,))

@@ -159,8 +159,31 @@ def _leaderboard_problems(table: Path, spec_file: Path | None) -> list[str]:
     return out
 
 
+def _declared() -> list[Path]:
+    """Tables declared before their runs and still awaiting them: claims.yaml and a README, no data (no csv) yet."""
+    return sorted(p for p in BOARDS.iterdir() if p.is_dir() and p.name != "archive" and (p / "claims.yaml").is_file()
+                  and not any(p.glob("*.csv")))
+
+
 def _tables() -> list[Path]:
-    return sorted(p for p in BOARDS.iterdir() if p.is_dir() and p.name != "archive")
+    return sorted(p for p in BOARDS.iterdir() if p.is_dir() and p.name != "archive" and p not in _declared())
+
+
+@pytest.mark.parametrize("table", [pytest.param(p, id=p.name) for p in _declared()] or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no table awaits its runs"))])
+def test_a_declared_table_has_its_experiment_file_claims_and_a_readme_saying_it_awaits_its_runs(table):
+    from nas_stab.analysis.claims import load_claims
+    from nas_stab.analysis.rules import RULES_VERSION
+    from nas_stab.config import load_spec
+
+    spec = load_spec(REPO / "spaces" / "published" / f"{table.name}.yaml")
+    assert spec.leaderboard.reference is not None and spec.leaderboard.epsilon is not None, "reference and epsilon declared"
+    claims = load_claims(table / "claims.yaml")
+    for c in claims:
+        assert c.seeds is not None and c.rules == RULES_VERSION, (c.id, "seeds and the rules version declared")
+        assert c.kind != "transfer" or c.predicts in ("yes", "no"), (c.id, "the predicted verdict declared")
+    assert "awaiting its runs" in (table / "README.md").read_text(encoding="utf-8")
+    assert not any(table.glob("*.csv")), "a declared table holds no data yet"
 
 
 @pytest.mark.parametrize("table", [

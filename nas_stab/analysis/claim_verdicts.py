@@ -56,8 +56,24 @@ def evaluate(claims: Sequence[Claim], files: Mapping[str, pd.DataFrame], *, metr
             row = _paired(c, data, metric=c.metric or metric, lr_key=lr_key, classes=classes, base=base)
         if c.caveat and not row["verdict"].startswith("underpowered"):
             row["verdict"] = f"{row['verdict']} ({c.caveat})"
+        row["verdict"] += _preregistered(c, row)
         out.append({**row, "criterion": criterion(c, row["target"]), "rules": RULES_VERSION})
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _preregistered(c: Claim, row: Mapping[str, Any]) -> str:
+    """What the declaration adds to a verdict: the predicted transfer verdict met or contradicted, fewer seeds
+    than declared, another rules version than the one declared under."""
+    notes = []
+    if c.predicts is not None:
+        got = str(row["verdict"]).split(" ")[0]
+        if got in ("yes", "no"):
+            notes.append("as predicted" if got == c.predicts else f"predicted {c.predicts}: contradicted")
+    if c.seeds is not None and int(row["seeds"]) < c.seeds:
+        notes.append(f"ran {int(row['seeds'])} of the {c.seeds} seeds declared")
+    if c.rules is not None and c.rules != RULES_VERSION:
+        notes.append(f"declared under rules {c.rules}, judged under {RULES_VERSION}")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def criterion(c: Claim, target: float) -> str:

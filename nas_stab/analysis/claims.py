@@ -36,6 +36,11 @@ Every claim reads the table's own runs unless it names others: ``runs: confirm``
 lrs a pilot chose, stored beside the table as ``confirm.csv``), or a list (``[trials, postln_grid]``: a
 row's grid extended by a later run). For a slope claim the default is ``probe_slopes``.
 
+Pre-registration fields (any kind): ``seeds``, the seed count declared before the runs (a table that ran
+fewer says so beside its verdict), and ``rules``, the rules version the claim was declared under (a table
+judged under another version says so). A transfer claim may declare ``predicts: yes | no``, the verdict the
+paper predicts: its verdict then reads ``yes (as predicted)`` or ``no (predicted yes: contradicted)``.
+
 A ``caveat`` (text) is printed beside a decided verdict: what limits it that the statistic cannot see (a
 baseline under the protocol's accuracy bar, an optimum at a collapse edge).
 
@@ -76,6 +81,9 @@ class Claim:
     at_least: float | None = None
     runs: tuple[str, ...] = ()
     caveat: str = ""
+    predicts: str | None = None  # transfer: the verdict the paper predicts (yes | no), declared before the runs
+    seeds: int | None = None  # the seed count declared before the runs (a power calculation's, or the protocol's)
+    rules: str | None = None  # the rules version the claim was declared under (analysis/rules.py RULES_VERSION)
 
 
 _REQUIRED = ("id", "paper", "says", "kind")
@@ -128,6 +136,12 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     for k in _NUMBERS:
         if item.get(k) is not None and (isinstance(item[k], bool) or not isinstance(item[k], (int, float))):
             err(f"must be a number, got {item[k]!r}", k)
+    if item.get("predicts") is not None and (item.get("kind") != "transfer" or item["predicts"] not in ("yes", "no")):
+        err("a transfer claim's predicted verdict: yes or no", "predicts")
+    if item.get("seeds") is not None and (isinstance(item["seeds"], bool) or not isinstance(item["seeds"], int) or item["seeds"] < 1):
+        err(f"must be a seed count >= 1, got {item['seeds']!r}", "seeds")
+    if item.get("rules") is not None and not isinstance(item["rules"], str):
+        err(f"must be a rules version as text (e.g. '2026.12'), got {item['rules']!r}", "rules")
     runs = item.get("runs", [])
     if not (isinstance(runs, str) or (isinstance(runs, list) and all(isinstance(r, str) for r in runs))):
         err("must be the name (or a list of names) of the table's run files, e.g. trials or confirm", "runs")

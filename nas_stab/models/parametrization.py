@@ -90,6 +90,10 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
     m = spec.model
     p = m.parametrization
     if p not in WIDTH_FORMS:
+        if m.readout_zero_init:
+            return ("model", "readout_zero_init"), (f"readout_zero_init applies to {', '.join(WIDTH_FORMS)}; parametrization {p} keeps "
+                                                    "its init (in a search, give the key only to those: a dimension with "
+                                                    "when: {model.parametrization: mup})")
         return None
     if p in DEPTH_ALPHA and m.arch == "mlp":
         return ("model", "parametrization"), (f"{p} scales residual branches; the plain mlp has none "
