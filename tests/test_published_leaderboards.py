@@ -204,6 +204,39 @@ def test_claims_and_the_findings_table_are_rebuilt_from_the_stored_runs():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_every_tables_readme_carries_its_verdicts_and_claims_as_generated_from_its_csvs():
+    """The verdicts and claims blocks of each table's README are what leaderboards/figures.py writes from
+    leaderboard.csv and claims.csv (no hand-copied verdict figure goes stale)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(BOARDS / "figures.py"), "--check"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for table in _tables():
+        text = (table / "README.md").read_text(encoding="utf-8")
+        if (table / "leaderboard.csv").is_file():
+            assert "<!-- verdicts:begin -->" in text, table.name
+        if (table / "claims.csv").is_file():
+            assert "<!-- claim-verdicts:begin -->" in text, table.name
+
+
+def test_the_generated_blocks_follow_the_csvs(tmp_path):
+    """A changed verdict in leaderboard.csv changes the README's block (the generator reads the file, not a copy)."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(BOARDS))
+    import figures
+
+    t = tmp_path / "depth-mup"
+    shutil.copytree(BOARDS / "depth-mup", t)
+    before = figures.rewrite((t / "README.md").read_text(encoding="utf-8"), t)
+    board = (t / "leaderboard.csv").read_text(encoding="utf-8").replace("depth_mup,depth_mup,yes,", "depth_mup,depth_mup,no,", 1)
+    (t / "leaderboard.csv").write_text(board, encoding="utf-8")
+    after = figures.rewrite(before, t)
+    assert "| depth_mup | **yes** |" in before and "| depth_mup | **no** |" in after
+
+
 def test_awaiting_redo_names_existing_tables():
     """The exemption list shrinks as tables are redone; it never names a table that is gone."""
     names = {p.name for p in _tables()}
