@@ -13,7 +13,10 @@ by hand, so a figure there cannot go stale after a rerun, extra seeds or a rules
   (``claims.csv``, written by ``leaderboards/claims.py``): the verdict, the estimate and its interval
   against the criterion, the seeds run and needed, whether the claim was declared before its data.
 
-A README without the markers gets the blocks appended before its ``## Reproduce`` section (or at its
+A README may also opt in to ``<!-- sizes:begin -->`` ... ``<!-- sizes:end -->``: every row's best lr (its x*
+interval), whether it trains and the regret of the carried lr at each size (``leaderboard_sizes.csv``).
+
+A README without the markers gets the first two blocks appended before its ``## Reproduce`` section (or at its
 end). Run ``leaderboards/claims.py`` first: this script reads the claims.csv it writes.
 """
 from __future__ import annotations
@@ -89,7 +92,22 @@ def claims_block(table: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-MAKERS = {"verdicts": verdicts_block, "claim-verdicts": claims_block}
+def sizes_block(table: Path) -> str:
+    """Every row's optimum and regret at each size, from leaderboard_sizes.csv (a README opts in with the markers)."""
+    sizes = pd.read_csv(table / "leaderboard_sizes.csv", comment="#")
+    size_col = next(c for c in sizes.columns if c.startswith("model.") and c not in ("model.parametrization",)
+                    and sizes[c].nunique() > 1 and pd.api.types.is_numeric_dtype(sizes[c]))
+    lines = [f"| row | {size_col} | best lr (x* interval) | trains | regret of the carried lr (90%) | seeds | bracket |",
+             "|---|---|---|---|---|---|---|"]
+    for _, r in sizes.iterrows():
+        x = f"{_g(r['best_lr'])} ({_g(2 ** r['x_lo'])} to {_g(2 ** r['x_hi'])})" if pd.notna(r.get("x_lo")) else _g(r.get("best_lr"))
+        lines.append(f"| {_md(r['label'])} | {_g(r[size_col], 6)} | {x} | {_md(r['trains'])} | {_interval(r, 'regret')} "
+                     f"| {_g(r['seeds'])} | {_md(r.get('bracket_end', '-'))} |")
+    return "\n".join(lines) + "\n"
+
+
+MAKERS = {"verdicts": verdicts_block, "claim-verdicts": claims_block, "sizes": sizes_block}
+OPT_IN = {"sizes": "leaderboard_sizes.csv"}  # written only where the README has the markers
 
 
 def rewrite(readme_text: str, table: Path) -> str:
@@ -101,13 +119,21 @@ def rewrite(readme_text: str, table: Path) -> str:
         begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
         body = MAKERS[name](table)
         if begin in text and end in text:
-            head, rest = text.split(begin, 1)
-            text = head + begin + "\n" + body + end + rest.split(end, 1)[1]
+            text = _between(text, begin, end, body)
             continue
         block = f"## {title}\n\n{begin}\n{body}{end}\n\n"
         at = text.find("\n## Reproduce")
         text = text.rstrip("\n") + "\n\n" + block if at < 0 else text[: at + 1] + block + text[at + 1:]
+    for name, source in OPT_IN.items():
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin in text and end in text and (table / source).is_file():
+            text = _between(text, begin, end, MAKERS[name](table))
     return text
+
+
+def _between(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + body + end + rest.split(end, 1)[1]
 
 
 def tables() -> list[Path]:
