@@ -14,7 +14,7 @@ by hand, so a figure there cannot go stale after a rerun, extra seeds or a rules
   against the criterion, the seeds run and needed, whether the claim was declared before its data.
 
 A README may also opt in to ``<!-- sizes:begin -->`` ... ``<!-- sizes:end -->``: every row's best lr (its x*
-interval), whether it trains and the regret of the carried lr at each size (``leaderboard_sizes.csv``).
+interval), whether it trains, its best value and the regret of the carried lr at each size (``leaderboard_sizes.csv``).
 
 A README without the markers gets the first two blocks appended before its ``## Reproduce`` section (or at its
 end). Run ``leaderboards/claims.py`` first: this script reads the claims.csv it writes.
@@ -97,11 +97,11 @@ def sizes_block(table: Path) -> str:
     sizes = pd.read_csv(table / "leaderboard_sizes.csv", comment="#")
     size_col = next(c for c in sizes.columns if c.startswith("model.") and c not in ("model.parametrization",)
                     and sizes[c].nunique() > 1 and pd.api.types.is_numeric_dtype(sizes[c]))
-    lines = [f"| row | {size_col} | best lr (x* interval) | trains | regret of the carried lr (90%) | seeds | bracket |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"| row | {size_col} | best lr (x* interval) | trains | best value (counted seed mean) | regret of the carried lr (90%) "
+             "| seeds | bracket |", "|---|---|---|---|---|---|---|---|"]
     for _, r in sizes.iterrows():
         x = f"{_g(r['best_lr'])} ({_g(2 ** r['x_lo'])} to {_g(2 ** r['x_hi'])})" if pd.notna(r.get("x_lo")) else _g(r.get("best_lr"))
-        lines.append(f"| {_md(r['label'])} | {_g(r[size_col], 6)} | {x} | {_md(r['trains'])} | {_interval(r, 'regret')} "
+        lines.append(f"| {_md(r['label'])} | {_g(r[size_col], 6)} | {x} | {_md(r['trains'])} | {_g(r['m_star'])} | {_interval(r, 'regret')} "
                      f"| {_g(r['seeds'])} | {_md(r.get('bracket_end', '-'))} |")
     return "\n".join(lines) + "\n"
 
