@@ -29,7 +29,10 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-BOARDS = ROOT / "leaderboards"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from claims import BOARDS, _replace  # noqa: E402  (the findings page's block writer: the same markers rule)
+
 BLOCKS = {"verdicts": ("leaderboard.csv", "Verdicts (generated from leaderboard.csv)"),
           "claim-verdicts": ("claims.csv", "Claims (generated from claims.csv)")}
 
@@ -119,7 +122,7 @@ def rewrite(readme_text: str, table: Path) -> str:
         begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
         body = MAKERS[name](table)
         if begin in text and end in text:
-            text = _between(text, begin, end, body)
+            text = _replace(text, begin, end, body)
             continue
         block = f"## {title}\n\n{begin}\n{body}{end}\n\n"
         at = text.find("\n## Reproduce")
@@ -127,13 +130,9 @@ def rewrite(readme_text: str, table: Path) -> str:
     for name, source in OPT_IN.items():
         begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
         if begin in text and end in text and (table / source).is_file():
-            text = _between(text, begin, end, MAKERS[name](table))
+            text = _replace(text, begin, end, MAKERS[name](table))
     return text
 
-
-def _between(text: str, begin: str, end: str, body: str) -> str:
-    head, rest = text.split(begin, 1)
-    return head + begin + "\n" + body + end + rest.split(end, 1)[1]
 
 
 def tables() -> list[Path]:

@@ -134,9 +134,10 @@ def _trained_step(table: Path, label: str, lr_key: str) -> float | None:
     cols = list(rows[0])
     size_key = cols[cols.index("x_star") - 1]
     keys = [c for c in cols[1:cols.index(size_key)]]  # the row's compare keys, between label and the size
+    runs = _rows(trials)
     steps = []
     for s in rows:
-        lrs = sorted({float(t[lr_key]) for t in _rows(trials) if t.get(size_key) == s[size_key] and all(t.get(k) == s[k] for k in keys)})
+        lrs = sorted({float(t[lr_key]) for t in runs if t.get(size_key) == s[size_key] and all(t.get(k) == s[k] for k in keys)})
         steps += [math.log2(b / a) for a, b in zip(lrs, lrs[1:])]
     return statistics.median(steps) if steps else None
 
@@ -184,9 +185,13 @@ def _leaderboard_problems(table: Path, spec_file: Path | None) -> list[str]:
 
 
 def _declared() -> list[Path]:
-    """Tables declared before their runs and still awaiting them: claims.yaml and a README, no data (no csv) yet."""
-    return sorted(p for p in BOARDS.iterdir() if p.is_dir() and p.name != "archive" and (p / "claims.yaml").is_file()
-                  and not any(p.glob("*.csv")))
+    """Tables declared before their runs and still awaiting them (leaderboards/claims.py `awaiting`)."""
+    import sys
+
+    sys.path.insert(0, str(BOARDS))
+    from claims import awaiting
+
+    return awaiting(BOARDS)
 
 
 def _tables() -> list[Path]:
