@@ -107,7 +107,7 @@ class ModelConfig:
     dropout: float = _f(0.0, ge=0, lt=1)
     ln_mode: Literal["chw", "channel"] = _f("chw", "LN in CNNs: chw = each sample over (channels, H, W), per-channel affine (GroupNorm, one group per "
                                                    "branch); channel = over channels at each position")
-    parametrization: Literal["weight", "path", "sp", "mup", "depth_mup", "completep"] = _f("weight", "weight (= sp): weight space, every init as "
+    parametrization: Literal["weight", "path", "sp", "mup", "depth_mup", "completep", "umup"] = _f("weight", "weight (= sp): weight space, every init as "
                                                                                         "model.init gives it (the default, kaiming, is the architecture's "
                                                                                         "papers' init; Tensor Programs V's standard parametrization is sp "
                                                                                         "with init fan_in); path: the path-space "
@@ -124,13 +124,17 @@ class ModelConfig:
                                                                                         "depth_mup: mlp_resnet and resnet; completep: mup plus CompleteP "
                                                                                         "(Dey et al. 2025, depth exponent 1) relative to base_depth: branches "
                                                                                         "x base_depth/depth, the blocks' Adam lr unchanged and their Adam "
-                                                                                        "eps x base_depth/depth; Adam or AdamW, mlp_resnet and resnet "
+                                                                                        "eps x base_depth/depth; Adam or AdamW, mlp_resnet and resnet; "
+                                                                                        "umup: u-muP's width rules (Blake et al. 2024; the unit-scaling "
+                                                                                        "package's): every weight of fan-in n N(0, 1) times n^-1/2 (the "
+                                                                                        "readout n^-1), Adam lr x n^-1/2 (readout x 1), absolute in n (no "
+                                                                                        "base width); Adam or AdamW, mlp_resnet, depth not searched "
                                                                                         "(docs/papers.md)")
     base_width: int | None = _f(None, "mup, depth_mup, completep: the width at which the parametrization equals sp, for the transformer "
                                       "the base d_model (default: width, or d_model, itself; set it when width or d_model is searched)", ge=1, le=65_536)
     base_depth: int | None = _f(None, "depth_mup, completep: the depth at which the branch multiplier and lr are those of mup (default: "
                                       "depth itself; set it when depth is searched)", ge=1, le=10_000)
-    readout_zero_init: bool = _f(False, "mup, depth_mup, completep: start the readout (the logits layer) at zero, as Tensor Programs V "
+    readout_zero_init: bool = _f(False, "mup, depth_mup, completep, umup: start the readout (the logits layer) at zero, as Tensor Programs V "
                                         "recommends; not the transformer's (its readout is the input embedding, tied)")
     scalar_bias: bool | None = _f(None, "Fixup-style scalar biases in the residual branches, for normalization-free nets (the tau paper's CIFAR ResNets); "
                                         "default: on with init fixup")

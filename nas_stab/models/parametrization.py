@@ -67,9 +67,14 @@ from nas_stab.models.transformer_layers import MultiHeadAttention
 
 __all__ = ["DEPTH_ALPHA", "EPS_MULT", "LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
 
-WIDTH_FORMS = ("mup", "depth_mup", "completep")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
+WIDTH_FORMS = ("mup", "depth_mup", "completep", "umup")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
 SUPPORTED = {"mup": ("mlp", "mlp_resnet", "resnet", "transformer"), "depth_mup": ("mlp", "mlp_resnet", "resnet"),
-             "completep": ("mlp_resnet", "resnet")}
+             "completep": ("mlp_resnet", "resnet"), "umup": ("mlp_resnet",)}
+# u-muP's weight rules (Blake et al. 2024, Table 2; the unit-scaling package's Linear, LinearReadout, optim.Adam): a weight
+# of fan-in n is N(0, 1) times a forward multiplier (n^-1/2 for an input or hidden weight, n^-1 for the readout) and
+# trains at Adam lr x (n^-1/2 for an input or hidden weight, 1 for the readout); vectors (norm gains) keep init and lr
+UMUP_MULT = {"weight": 0.5, "output": 1.0}  # forward multiplier n^-power
+UMUP_ADAM_LR = {"weight": 0.5, "output": 0.0}  # Adam lr x n^-power
 # the depth forms: each residual branch x (L0 / L)^alpha; with Adam the blocks' lr x (L0 / L)^(1 - alpha) (CompleteP's
 # Table 1, eta x m_L^(alpha - 1), which is TP-VI's Adam rule at alpha = 1/2); CompleteP also scales the blocks' Adam eps
 # by (L0 / L)^alpha (nas_stab's depth_mup, published before it, does not)
@@ -95,6 +100,8 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
                                                     "its init (in a search, give the key only to those: a dimension with "
                                                     "when: {model.parametrization: mup})")
         return None
+    if p == "umup":
+        return _check_umup(spec)
     if p in DEPTH_ALPHA and m.arch == "mlp":
         return ("model", "parametrization"), (f"{p} scales residual branches; the plain mlp has none "
                                               "(use mlp_resnet, or mup)")
@@ -130,6 +137,29 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
         return ("model", "base_width"), f"base_width {m.base_width} is more than 64x the {wkey} {width}"
     if m.arch == "transformer":
         return _check_transformer(m, f"model.{wkey}" in searched)
+    return None
+
+
+def _check_umup(spec: Spec) -> tuple[tuple, str] | None:
+    """umup: u-muP's width rules, for Adam, on the mlp_resnet; its depth rules are not implemented."""
+    m = spec.model
+    if m.arch not in SUPPORTED["umup"]:
+        return ("model", "parametrization"), f"umup is implemented for {', '.join(SUPPORTED['umup'])}; not yet for {m.arch!r}"
+    if spec.train.optimizer not in ("adam", "adamw"):
+        return ("model", "parametrization"), ("umup applies u-muP's Adam rules (the unit-scaling package's optim.Adam); "
+                                              f"train.optimizer is {spec.train.optimizer}: use mup, whose SGD rule is "
+                                              "Tensor Programs V's")
+    if m.norm == "path_bn":
+        return ("model", "parametrization"), "umup is defined in weight space; norm: path_bn implies path space"
+    if m.init not in ("kaiming", "fan_in"):
+        return ("model", "init"), (f"umup sets every weight's init itself (unit weights times u-muP's multipliers): "
+                                   f"init {m.init} would be overwritten; leave model.init at its default")
+    searched = set(getattr(getattr(spec, "space", None), "keys", ()) or ())
+    if "model.depth" in searched or m.base_depth is not None:
+        return ("model", "base_depth" if m.base_depth is not None else "depth"), (
+            "umup implements u-muP's width rules only: its depth rules (residual_split / residual_add's tau and "
+            "the blocks' lr x depth^-1/2) are not applied, so depth cannot be searched under it (use depth_mup "
+            "or completep for depth)")
     return None
 
 
@@ -210,6 +240,9 @@ def apply(model: nn.Module, spec: Spec, info, build) -> list[str]:
     readout multiplier, per-parameter lr multipliers; the transformer's embedding multiplier and attention
     scale); returns notes (tensors whose SP init is unknown)."""
     m = spec.model
+    if m.parametrization == "umup":
+        _umup(model, READOUT[m.arch], m.readout_zero_init, spec.train.batch_size)
+        return []
     wkey = width_key(m.arch)
     base_width = m.base_width or getattr(m, wkey)
     width: dict[str, Any] = {wkey: base_width}  # ModelConfig.width or .d_model (dataclasses.replace)
@@ -230,6 +263,43 @@ def apply(model: nn.Module, spec: Spec, info, build) -> list[str]:
     if m.parametrization in DEPTH_ALPHA:
         _depth_scaling(model, spec, info, build, DEPTH_ALPHA[m.parametrization])
     return notes
+
+
+def _umup(model: nn.Module, readout: str, zero_readout: bool, batch: int) -> None:
+    """u-muP (Blake et al. 2024) in its abc-equivalent form for Adam.
+
+    u-muP's weight W of fan-in n is N(0, 1) and computes c W x with the forward multiplier c (UMUP_MULT), training at
+    Adam lr eta x s (UMUP_ADAM_LR). nas_stab stores theta = c W instead: N(0, c^2), the same forward, and Adam
+    (invariant to a gradient's scale but for eps) moves theta by c times W's step, i.e. at lr eta x c x s. No base
+    width: the rules are absolute in n. Vectors (norm gains, biases) and scalars keep their init and lr (u-muP's
+    bias and norm rules are lr x 1).
+
+    Adam's eps: the package's backward passes are unit-scaled, so the gradient its Adam sees is the true gradient of
+    theta times a constant k per tensor: its loss's factor (the package's cross entropy sums over the batch and
+    scales its backward by V / sqrt(V - 1), V the classes: batch x V / sqrt(V - 1) times the mean's gradient) times
+    1 / sqrt(batch) (every weight's and norm gain's gradient scale in the package's Linear and LayerNorm), and for
+    everything before the readout also n_r / sqrt(V) (the readout, of fan-in n_r, scales its input's gradient by
+    V^-1/2 where its true gradient carries n_r^-1). Each tensor's eps is divided by its k (`EPS_MULT`), so that Adam
+    takes the package's steps (tests/test_umup.py checks the trajectory against the package's Adam)."""
+    head = model.get_parameter(readout + ".weight")
+    V, n_r = head.shape[0], head.shape[1]
+    loss_k = batch * V / math.sqrt(V - 1) if V > 1 else float(batch)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 0:
+                continue
+            k = loss_k / math.sqrt(batch) * (1.0 if p is head else n_r / math.sqrt(V))
+            setattr(p, EPS_MULT, 1.0 / k)
+            if p.ndim == 1:  # a norm gain or bias: init and lr as they are (u-muP's bias and norm rules: lr x 1)
+                continue
+            kind = "output" if p is head else "weight"
+            fan_in = math.prod(p.shape[1:])
+            c = fan_in ** -UMUP_MULT[kind]
+            if kind == "output" and zero_readout:
+                p.zero_()
+            else:
+                p.normal_(0.0, c)
+            setattr(p, LR_MULT, c * fan_in ** -UMUP_ADAM_LR[kind])
 
 
 def _rescale(model: nn.Module, base: nn.Module, kinds: dict[str, dict[str, Any]], spec: Spec) -> list[str]:

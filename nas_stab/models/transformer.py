@@ -221,7 +221,7 @@ def check_transformer(spec: Spec) -> tuple[tuple, str] | None:
     unsupported = {
         "norm": (("none", "ln"), "the transformer normalizes with LayerNorm or not at all"),
         "skip_norm": (("ln",), "batch norm over padded token batches is not supported"),
-        "parametrization": (("weight", "sp", "mup", "depth_mup", "completep"),
+        "parametrization": (("weight", "sp", "mup", "depth_mup", "completep", "umup"),
                             "the path-space parametrization needs ReLU chains, not attention"),
         "init": (SUPPORTED_INIT, "fixup/stam_* inits are defined for ReLU branches"),
         "block": (("post",), "the pre-activation block is resnet's and resnext's; use norm_position"),
