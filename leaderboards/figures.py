@@ -18,11 +18,25 @@ interval), whether it trains, its best value and the regret of the carried lr at
 
 A README without the markers gets the first two blocks appended before its ``## Reproduce`` section (or at its
 end). Run ``leaderboards/claims.py`` first: this script reads the claims.csv it writes.
+
+A figure in prose is generated too, by an inline tag around it (in a table's README, the findings page
+leaderboards/README.md and the repository's README.md)::
+
+    the best lr moved by <!--fig width-umup/leaderboard.csv lr_drift label="False" fmt=+.2f-->+0.81<!--/fig--> octave
+
+``SOURCE COLUMN [KEY=VALUE ...] [agg=mean|median|min|max|sum|count] [fmt=SPEC] [mul=X]``: SOURCE is a CSV under
+leaderboards/ (in a table's README a bare file name is that table's own), KEY=VALUE picks rows (string equality
+with the cell, or numeric equality when both are numbers; quote values with spaces), exactly one row unless
+``agg`` reduces them, ``mul`` multiplies (100 for a percentage), ``fmt`` is a Python format spec (default
+``.3g``). The text between the tags is rewritten from the CSV; ``--check`` fails on one that differs, and a tag
+that selects no row, or several without ``agg``, is an error naming its file and line.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -135,6 +149,90 @@ def rewrite(readme_text: str, table: Path) -> str:
 
 
 
+DECIMAL = re.compile(r"(?<![\w.])(?!20\d\d\.\d\d(?![\d.]))[-+]?\d+\.\d+(?![\w.])")  # not a rules version (2026.12)
+LEDGER = BOARDS / "untagged_figures.csv"  # per README: decimals in its prose not yet generated (ratchet: see main)
+
+
+def untagged(text: str) -> list[tuple[int, str]]:
+    """(line, figure) of every decimal number in `text` outside generated blocks, figure tags and code: the
+    prose figures nothing regenerates (paper values and protocol constants among them)."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731  (keeps line numbers)
+    text = re.sub(r"^ {4}.*$", blank, text, flags=re.M)  # indented code (before the blanks below indent prose)
+    text = re.sub(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", blank, text, flags=re.S)
+    text = re.sub(r"<!--fig [^>]*?-->.*?<!--/fig-->", blank, text, flags=re.S)
+    text = re.sub(r"```.*?```", blank, text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", blank, text)
+    return [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in DECIMAL.finditer(text)]
+
+
+FIG = re.compile(r"<!--fig (?P<spec>[^>]*?)-->(?P<text>.*?)<!--/fig-->", re.S)
+AGGS = ("mean", "median", "min", "max", "sum", "count")
+
+
+class FigureError(ValueError):
+    """A figure tag that cannot be evaluated (its file and line in the message)."""
+
+
+def _matches(cell: object, want: str) -> bool:
+    if str(cell) == want:
+        return True
+    try:
+        return float(cell) == float(want)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def figure(spec: str, home: Path | None) -> str:
+    """The text of one inline figure tag's value (see the module docstring), or FigureError."""
+    words = shlex.split(spec)
+    if len(words) < 2:
+        raise FigureError(f"needs a source CSV and a column, got {spec!r}")
+    source, column, rest = words[0], words[1], words[2:]
+    path = (home / source) if home is not None and "/" not in source else BOARDS / source
+    if not path.is_file():
+        raise FigureError(f"no file {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    opts = dict(w.split("=", 1) for w in rest if "=" in w)
+    bad = [w for w in rest if "=" not in w]
+    if bad:
+        raise FigureError(f"words without KEY=VALUE: {' '.join(bad)}")
+    agg, fmt, mul = opts.pop("agg", None), opts.pop("fmt", ".3g"), float(opts.pop("mul", "1"))
+    df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+    if column not in df.columns:
+        raise FigureError(f"{source} has no column {column!r}")
+    for key, want in opts.items():
+        if key not in df.columns:
+            raise FigureError(f"{source} has no column {key!r}")
+        df = df[[_matches(c, want) for c in df[key]]]
+    if agg is not None and agg not in AGGS:
+        raise FigureError(f"agg {agg!r} is not one of {', '.join(AGGS)}")
+    if len(df) == 0 and agg != "count":
+        raise FigureError(f"{spec!r} selects no row of {source}")
+    if agg is None and len(df) != 1:
+        raise FigureError(f"{spec!r} selects {len(df)} rows of {source}; exactly one needed (or agg=)")
+    values = pd.to_numeric(df[column], errors="coerce")
+    reduce = {None: lambda v: v.iloc[0], "count": lambda v: len(v)}.get(agg, lambda v: getattr(v, str(agg))())
+    value = float(reduce(values))
+    if math.isnan(value):
+        return str(df[column].iloc[0]) if agg is None and len(df) == 1 and df[column].iloc[0] else "-"
+    return format(value * mul, fmt)
+
+
+def rewrite_figures(text: str, home: Path | None, where: str) -> str:
+    """`text` with every inline figure's value rewritten from its CSV; FigureError naming `where`:line."""
+    out, last, errors = [], 0, []
+    for m in FIG.finditer(text):
+        try:
+            value = figure(m.group("spec"), home)
+        except FigureError as e:
+            errors.append(f"{where}:{text.count(chr(10), 0, m.start()) + 1}: {e}")
+            value = m.group("text")
+        out.append(text[last:m.start("text")] + value)
+        last = m.end("text")
+    if errors:
+        raise FigureError("\n".join(errors))
+    return "".join(out) + text[last:]
+
+
 def tables() -> list[Path]:
     return sorted(p for p in BOARDS.iterdir() if p.is_dir() and p.name != "archive" and (p / "README.md").is_file())
 
@@ -142,16 +240,39 @@ def tables() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a README's blocks are out of date")
+    ap.add_argument("--untagged", action="store_true", help="list every prose figure not generated (file:line figure)")
     args = ap.parse_args(argv)
-    stale = []
-    for table in tables():
-        path = table / "README.md"
+    stale, errors = [], []
+    pages: list[tuple[Path, Path | None]] = [(t / "README.md", t) for t in tables()]
+    pages += [(BOARDS / "README.md", None), (ROOT / "README.md", None)]
+    written: dict[Path, str] = {}
+    for path, table in pages:
         old = path.read_text(encoding="utf-8")
-        new = rewrite(old, table)
+        new = rewrite(old, table) if table is not None else old
+        try:
+            new = rewrite_figures(new, table, str(path.relative_to(ROOT)))
+        except FigureError as e:
+            errors.append(str(e))
+            continue
+        written[path] = new
         if new != old:
             stale.append(str(path.relative_to(ROOT)))
             if not args.check:
                 path.write_text(new, encoding="utf-8")
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        return 2
+    counts: dict[str, int] = {}  # the ledger: a commit that adds prose figures without tags shows its count rise
+    for path, text in written.items():
+        found = untagged(text)
+        counts[str(path.relative_to(ROOT))] = len(found)
+        if args.untagged:
+            print("\n".join(f"{path.relative_to(ROOT)}:{line} {fig}" for line, fig in found))
+    ledger = "file,untagged_figures\n" + "".join(f"{k},{v}\n" for k, v in counts.items())
+    if not LEDGER.is_file() or LEDGER.read_text(encoding="utf-8") != ledger:
+        stale.append(str(LEDGER.relative_to(ROOT)))
+        if not args.check:
+            LEDGER.write_text(ledger, encoding="utf-8")
     if args.check and stale:
         print("out of date (run python leaderboards/figures.py): " + ", ".join(stale), file=sys.stderr)
         return 1

@@ -368,3 +368,31 @@ def test_a_stored_run_a_claim_reads_needs_its_provenance(tmp_path):
     assert "confirm_provenance.txt: produced from 1234567abcde+dirty" in "\n".join(_claims_problems(t))
     _write(t / "confirm_provenance.txt", "spec: t-confirm (hash 1)\nnas_stab: 0.1.0 (commit 1234567abcde)\n")
     assert _claims_problems(t) == []
+
+
+def test_held_out_tables_quote_no_figure_by_hand():
+    """A table declared under frozen rules (every claim names its rules version: the held-out controls) has no
+    decimal in its README's prose outside the generated blocks and figure tags: each one comes from its CSVs."""
+    import sys
+
+    sys.path.insert(0, str(BOARDS))
+    import figures
+
+    from nas_stab.analysis.claims import load_claims
+
+    held_out = [t for t in figures.tables() if (t / "claims.yaml").is_file()
+                and all(c.rules for c in load_claims(t / "claims.yaml"))]
+    assert {"width-heldout", "depth-heldout", "width-readout"} <= {t.name for t in held_out}
+    for t in held_out:
+        assert figures.untagged((t / "README.md").read_text(encoding="utf-8")) == [], t.name
+
+
+def test_untagged_figures_are_found_where_prose_quotes_them():
+    import sys
+
+    sys.path.insert(0, str(BOARDS))
+    import figures
+
+    text = ("rules 2026.12, drift +0.59 octave\n<!-- verdicts:begin -->\n0.1\n<!-- verdicts:end -->\n"
+            "`lr: 0.003` and <!--fig a.csv b-->0.2<!--/fig--> but 1.5 here\n    0.7 in a code block\n")
+    assert figures.untagged(text) == [(1, "+0.59"), (5, "1.5")]
