@@ -112,8 +112,8 @@ def claims_block(table: Path) -> str:
 def sizes_block(table: Path) -> str:
     """Every row's optimum and regret at each size, from leaderboard_sizes.csv (a README opts in with the markers)."""
     sizes = pd.read_csv(table / "leaderboard_sizes.csv", comment="#")
-    size_col = next(c for c in sizes.columns if c.startswith("model.") and c not in ("model.parametrization",)
-                    and sizes[c].nunique() > 1 and pd.api.types.is_numeric_dtype(sizes[c]))
+    cols = list(sizes.columns)
+    size_col = cols[cols.index("x_star") - 1]  # the size key: after the label and the compared keys, before x_star
     lines = [f"| row | {size_col} | best lr (x* interval) | trains | best value (counted seed mean) | regret of the carried lr (90%) "
              "| seeds | bracket |", "|---|---|---|---|---|---|---|---|"]
     for _, r in sizes.iterrows():

@@ -396,3 +396,24 @@ def test_untagged_figures_are_found_where_prose_quotes_them():
     text = ("rules 2026.12, drift +0.59 octave\n<!-- verdicts:begin -->\n0.1\n<!-- verdicts:end -->\n"
             "`lr: 0.003` and <!--fig a.csv b-->0.2<!--/fig--> but 1.5 here\n    0.7 in a code block\n")
     assert figures.untagged(text) == [(1, "+0.59"), (5, "1.5")]
+
+
+def test_the_sizes_block_is_over_the_tables_size_key():
+    """The opt-in sizes block names the leaderboard's transfer key (not a compared key that precedes it in
+    leaderboard_sizes.csv: width-readout compares readout_zero_init, a 0/1 column)."""
+    import sys
+
+    sys.path.insert(0, str(BOARDS))
+    import figures
+    from nas_stab.config import load_spec
+
+    checked = 0
+    for t in figures.tables():
+        text = (t / "README.md").read_text(encoding="utf-8")
+        spec_file = REPO / "spaces" / "published" / f"{t.name}.yaml"
+        if "<!-- sizes:begin -->" not in text or not spec_file.is_file():
+            continue
+        header = text.split("<!-- sizes:begin -->", 1)[1].strip().splitlines()[0]
+        assert header.split("|")[2].strip() == load_spec(spec_file).leaderboard.transfer, (t.name, header)
+        checked += 1
+    assert checked >= 3
