@@ -109,8 +109,8 @@ def main(argv=None) -> int:
     import torch
 
     from nas_stab.search.local import run_local
-    from nas_stab.search.ray_loopback import init_ray
-    from nas_stab.search.ray_runner import run_ray
+    from nas_stab.search.ray.loopback import init_ray
+    from nas_stab.search.ray.runner import run_ray
 
     torch.set_num_threads(1)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start; "
@@ -205,7 +205,7 @@ def data_load(args) -> None:
     import functools
     import statistics
 
-    from nas_stab.search.ray_runner import run_ray
+    from nas_stab.search.ray.runner import run_ray
 
     n, steps = args.data_trials, args.data_steps
     sets = [("digits", {"name": "digits"})]

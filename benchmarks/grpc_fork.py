@@ -7,7 +7,7 @@ then `subprocess.Popen(..., preexec_fn=...)` children one after another (Ray sta
 this way; a preexec_fn makes Python fork). grpcio 1.81-1.85 restarts its poller in the child and the
 child dies when Python closes its descriptors (grpc/grpc#43055). Prints the failures for the default
 and for GRPC_ENABLE_FORK_SUPPORT=false, which nas_stab sets for the Ray processes it starts
-(nas_stab/search/ray_loopback.py, runners/local_cluster.sh, runners/slurm_ray.sbatch).
+(nas_stab/search/ray/loopback.py, runners/local_cluster.sh, runners/slurm_ray.sbatch).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@
 # installed, `ray start --head` always starts one, on 10001 unless told: two loopback clusters would share it).
 #
 # Ray 2.60 rewrites 127.0.0.1 to the machine's network address when a node joins; the nodes are
-# started through `python -m nas_stab.search.ray_loopback`, which is the `ray` command line
+# started through `python -m nas_stab.search.ray.loopback`, which is the `ray` command line
 # without that rewrite, so everything stays on loopback.
 set -euo pipefail
 
@@ -74,7 +74,7 @@ export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}  # Ray 2.60's token auth; the token
 # grpcio 1.81-1.85: a process Ray forks while gRPC is busy can die before it runs (grpc/grpc#43055),
 # e.g. the Ray Client server's per-client driver; Ray's processes do not need gRPC's fork handlers
 export GRPC_ENABLE_FORK_SUPPORT=${GRPC_ENABLE_FORK_SUPPORT:-false}
-RAY=("$PY" -m nas_stab.search.ray_loopback)
+RAY=("$PY" -m nas_stab.search.ray.loopback)
 if [ "${RAY_AUTH_MODE,,}" = "token" ] && [ -z "${RAY_AUTH_TOKEN:-}" ] && [ ! -s "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}" ]; then
     # a fresh machine has no token yet, and `ray start` will not make one: make it (once, for every cluster here)
     "${RAY[@]}" get-auth-token --generate >"$DIR/auth.log" 2>&1 \

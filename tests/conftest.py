@@ -7,7 +7,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 os.environ.setdefault("NAS_STAB_CACHE", str(ROOT / ".cache-test"))
-# before any test starts gRPC (Ray Client, Ray): see nas_stab.search.ray_loopback.no_grpc_fork_handlers
+# before any test starts gRPC (Ray Client, Ray): see nas_stab.search.ray.loopback.no_grpc_fork_handlers
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # the Ray and PostgreSQL fixtures (ray_local, ray_two_nodes, ray_client_head, postgres_url) for every test

@@ -46,7 +46,7 @@ def run_ray_text(text: str, out: Path, **kw):
     """Load `text`, run it with the Ray runner into `out`; (spec, run dir, counts)."""
     from nas_stab.config import loads_spec
     from nas_stab.results.rundir import RunDir
-    from nas_stab.search.ray_runner import run_ray
+    from nas_stab.search.ray.runner import run_ray
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:
@@ -83,7 +83,7 @@ def study_of(spec, run_dir, storage: str | None = None):
 
 
 def start_local_ray(num_cpus: int = 2):
-    from nas_stab.search.ray_loopback import init_ray
+    from nas_stab.search.ray.loopback import init_ray
 
     init_ray(None, num_cpus=num_cpus)
 
@@ -121,7 +121,7 @@ def ray_two_nodes():
     )
     worker = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     cluster.wait_for_nodes()
-    from nas_stab.search.ray_loopback import init_ray
+    from nas_stab.search.ray.loopback import init_ray
 
     init_ray(cluster.address)
     try:

@@ -1,5 +1,5 @@
 """Adaptive seeds (`seeds: {min, max}`): the key, the plan (`analysis/more_seeds.py`) and the job source
-(`search/adaptive.py`) on synthetic records (no training): seeds go only where a verdict is open, up to
+(`search/sources/adaptive.py`) on synthetic records (no training): seeds go only where a verdict is open, up to
 max; a resumed search trains nothing twice and ends where an uninterrupted one ends."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from nas_stab.analysis.more_seeds import shrink
 from nas_stab.config import loads_spec, spec_hash
 from nas_stab.errors import SpecError
-from nas_stab.search.adaptive import AdaptiveSeeds, _analysis
+from nas_stab.search.sources.adaptive import AdaptiveSeeds, _analysis
 
 SPEC = """\
 name: ad
@@ -182,7 +182,7 @@ def test_bracket_inner_extends_with_every_seed_recorded():
     # seeds included; a record off them is an lr an earlier stage tried with the first seeds, before further
     # seeds moved that sweep's path (it still counts in the table's cells, with no bracket end of its own)
     from nas_stab.results.bracket_ends import _replayed_ends
-    from nas_stab.search.bracket import BracketSource
+    from nas_stab.search.sources.bracket import BracketSource
 
     got = _replayed_ends(BracketSource(spec), [dict(r) for r in records], "train.lr")
     final = {(e.params["model.width"], e.params["model.depth"], lr) for e in ends for lr in e.lrs}

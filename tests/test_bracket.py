@@ -7,7 +7,7 @@ import math
 import pytest
 
 from nas_stab.config import loads_spec
-from nas_stab.search.bracket import MAX_POINTS, BracketSource
+from nas_stab.search.sources.bracket import MAX_POINTS, BracketSource
 
 SPEC = """\
 name: br

@@ -10,8 +10,8 @@ from conftest import TINY
 from nas_stab import estimate
 from nas_stab.config import loads_spec
 from nas_stab.estimate import Costs, Timed, measure, report, search_shape, speedup, wall_model
-from nas_stab.search.bracket import points_range
 from nas_stab.search.progress import Progress
+from nas_stab.search.sources.bracket import points_range
 
 COSTS = Costs(startup_s=2.0, warmup_s=1.5, open_s=0.5, book_s=0.03, end_s=0.25, cores=4, busy=0.0)
 

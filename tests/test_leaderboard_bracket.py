@@ -18,7 +18,7 @@ from nas_stab.results.leaderboard import build_leaderboard, load_analysis
 from nas_stab.results.plots import PRUNED_MARKER, transfer_figure
 from nas_stab.results.reader import read_run
 from nas_stab.results.tables import display_table
-from nas_stab.search.bracket import BracketSource
+from nas_stab.search.sources.bracket import BracketSource
 
 LIMITS = (0.005, 0.08)
 # (aggregation, branches) -> (optimum lr, divergence wall): stam's optima lie far above the upper limit

@@ -104,8 +104,8 @@ def test_driver_that_dies_at_start_is_retried_then_reported(tmp_path):
 
 def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
     """Three failed driver starts: a RunError naming the head's log and the gRPC fix, nothing else tried."""
-    import nas_stab.search.ray_cluster as ray_cluster
-    import nas_stab.search.ray_loopback as loopback
+    import nas_stab.search.ray.cluster as ray_cluster
+    import nas_stab.search.ray.loopback as loopback
     from nas_stab.config import loads_spec
     from nas_stab.errors import RunError
 
@@ -130,7 +130,7 @@ def test_driver_start_failures_end_in_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_only_a_driver_start_failure_is_retried():
-    from nas_stab.search.ray_cluster import connect_client
+    from nas_stab.search.ray.cluster import connect_client
 
     failed = ConnectionError("Initialization failure from server:\nRuntimeError: Starting Ray client server "
                              "failed. See ray_client_server_23000.err for detailed logs.")

@@ -1,4 +1,4 @@
-"""One test per private-Ray workaround in nas_stab.search._ray_compat: each fails when Ray changes underneath.
+"""One test per private-Ray workaround in nas_stab.search.ray.compat: each fails when Ray changes underneath.
 
 Each test checks that the private name still exists with the parameters nas_stab passes, and that
 the workaround still has its effect. No Ray cluster is started (one subprocess imports Ray).
@@ -17,7 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from nas_stab.search import _ray_compat  # noqa: E402  (after the skip)
+from nas_stab.search.ray import compat as _ray_compat  # noqa: E402  (after the skip)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,13 +41,13 @@ def test_an_untested_ray_gives_one_warning_naming_the_module(monkeypatch):
     for v in ("2.60.0", "2.60.7", "2.60.1rc1"):
         assert _ray_compat.untested_version(v) is None, v
     for v in ("2.59.9", "2.61.0", "3.0.0.dev0"):
-        assert "nas_stab.search._ray_compat" in _ray_compat.untested_version(v), v
+        assert "nas_stab.search.ray.compat" in _ray_compat.untested_version(v), v
     monkeypatch.setattr(ray, "__version__", "2.61.0")
     try:
         with pytest.warns(UserWarning) as caught:
             importlib.reload(_ray_compat)  # as the first import in a process with that Ray
         assert len(caught) == 1 and caught[0].category.__name__ == "RayVersionWarning"
-        assert "Ray 2.61.0" in str(caught[0].message) and "nas_stab.search._ray_compat" in str(caught[0].message)
+        assert "Ray 2.61.0" in str(caught[0].message) and "nas_stab.search.ray.compat" in str(caught[0].message)
     finally:
         monkeypatch.undo()
         importlib.reload(_ray_compat)

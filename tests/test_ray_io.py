@@ -133,7 +133,7 @@ def test_trials_csv_sorted_after_an_interrupted_run_and_after_its_rerun(tmp_path
     a rerun appends the missing rows, none twice, and a file left in finish order by a kill is sorted."""
     from nas_stab.config import loads_spec
     from nas_stab.results.rundir import RunDir, trials_csv
-    from nas_stab.search import ray_runner
+    from nas_stab.search.ray import runner as ray_runner
 
     text = spec_text(space={"train.lr": [0.01, 0.02, 0.03, 0.04, 0.05]}, runner={"kind": "ray"})
     spec = loads_spec(text)
@@ -222,7 +222,7 @@ def test_reuse_data_keeps_one_block_per_experiment(monkeypatch):
     """ray_trial.reuse_data without Ray: same experiment, same data object; another experiment reads again."""
     from nas_stab import data
     from nas_stab.config import loads_spec
-    from nas_stab.search import ray_trial
+    from nas_stab.search.ray import trial as ray_trial
 
     spec = loads_spec("name: x\ntask: {dataset: {name: digits}}\nmodel: {arch: mlp}")
     calls = []

@@ -40,10 +40,10 @@ def test_trial_resources_and_import_cost():
     import sys
 
     from nas_stab.config import loads_spec
-    from nas_stab.search.ray_runner import trial_resources
+    from nas_stab.search.ray.runner import trial_resources
 
     spec = loads_spec(spec_text(TINY, runner={"kind": "ray", "resources": {"gpu": 0.25}}))
     assert trial_resources(spec.runner) == {"cpu": 1.0, "gpu": 0.25}
-    code = "import sys, nas_stab, nas_stab.cli, nas_stab.search.ray_runner; print('ray' in sys.modules)"
+    code = "import sys, nas_stab, nas_stab.cli, nas_stab.search.ray.runner; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False", "importing nas_stab or the Ray runner module must not import Ray"

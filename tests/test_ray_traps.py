@@ -252,7 +252,7 @@ def _bridge(tmp_path, max_failures=1):
     from nas_stab.config import loads_spec
     from nas_stab.results.rundir import RunDir
     from nas_stab.search.driver import Driver
-    from nas_stab.search.ray_bridge import OptunaBridge
+    from nas_stab.search.ray.bridge import OptunaBridge
 
     spec = loads_spec(spec_text(space={"train.lr": [0.01, 0.02]}, runner={"kind": "ray", "max_failures": max_failures}))
     rd = RunDir.open(tmp_path, spec)
@@ -260,7 +260,7 @@ def _bridge(tmp_path, max_failures=1):
 
 
 def _run_done(bridge, tid, value=0.5):
-    from nas_stab.search.ray_trial import KIND, encode_result
+    from nas_stab.search.ray.trial import KIND, encode_result
     from nas_stab.training.loop import RunResult
 
     res = RunResult("complete", metrics={"val_acc": value}, steps=STEPS, history=[{"step": STEPS}])
@@ -291,7 +291,7 @@ def test_a_trial_tune_gives_up_before_it_started_is_offered_again(tmp_path):
 
 
 def test_failures_of_a_trial_that_ran_still_spend_max_failures(tmp_path):
-    from nas_stab.search.ray_trial import KIND
+    from nas_stab.search.ray.trial import KIND
 
     spec, rd, bridge = _bridge(tmp_path, max_failures=1)
     bridge.suggest("a")
@@ -306,7 +306,7 @@ def test_failures_of_a_trial_that_ran_still_spend_max_failures(tmp_path):
     (row,) = rd.read_trials()
     assert row["status"] == "failed" and "gave up after 2 failure(s); runner.max_failures=1" in row["error"]
     # failures before anything was reported are free only up to START_RETRIES
-    from nas_stab.search.ray_bridge import START_RETRIES
+    from nas_stab.search.ray.bridge import START_RETRIES
 
     bridge.suggest("b")
     for _ in range(START_RETRIES + 1):

@@ -1,4 +1,4 @@
-"""search.transfer (nas_stab/search/transfer.py): outer trials over the architecture, inner size x lr x seed runs.
+"""search.transfer (nas_stab/search/sources/transfer.py): outer trials over the architecture, inner size x lr x seed runs.
 
 - each outer trial's objectives equal the leaderboard's own computation on the same records (its row of
   `nas-stab leaderboard`), and its runs are ordinary trials.csv rows with `outer_trial`;
@@ -46,7 +46,7 @@ class Stopping:
     """The transfer source, stopped once as Ctrl-C does (KeyboardInterrupt) when `stop_after` runs are recorded."""
 
     def __init__(self, spec, storage, stop_after):
-        from nas_stab.search.transfer import TransferSource
+        from nas_stab.search.sources.transfer import TransferSource
 
         self.src, self.stop_after = TransferSource(spec, storage=storage), stop_after
         self.total, self.suggest = self.src.total, self.src.suggest  # its own suggest (inner: bracket's lr distribution)
@@ -235,9 +235,9 @@ def test_inner_bracket_finds_each_sizes_optimum_outside_the_start(tmp_path):
     """On synthetic records (no training): each outer trial brackets each size's optimum, far outside the
     two start lrs, and is told only when every sweep has ended, from all of its sweeps' runs."""
     from nas_stab.config import loads_spec
-    from nas_stab.search.bracket import BracketSource
-    from nas_stab.search.transfer import TransferSource
-    from nas_stab.search.transfer_objectives import evaluate
+    from nas_stab.search.sources.bracket import BracketSource
+    from nas_stab.search.sources.transfer import TransferSource
+    from nas_stab.search.sources.transfer_objectives import evaluate
 
     spec = loads_spec(BRACKETED)
     opt = lambda size, p: 0.4 * size ** (0.5 - p)  # noqa: E731  (p = 0.5 transfers exactly)
@@ -288,7 +288,7 @@ def bracketed(tmp_path_factory):
 
 
 def _sweeps_of(spec, t):
-    from nas_stab.search.bracket import BracketSource
+    from nas_stab.search.sources.bracket import BracketSource
 
     return BracketSource(spec, sweeps=[({"model.aggregation_exponent": t.params["model.aggregation_exponent"],
                                          "model.branches": s}, (0.05, 0.1)) for s in (1, 4)], outer=t.number)
@@ -380,8 +380,8 @@ def _ends_run(tmp_path):
     import yaml
 
     from nas_stab.config import loads_spec
-    from nas_stab.search.bracket import BracketSource
-    from nas_stab.search.transfer import TransferSource, inner_sweeps
+    from nas_stab.search.sources.bracket import BracketSource
+    from nas_stab.search.sources.transfer import TransferSource, inner_sweeps
 
     sys.path.insert(0, str(Path(__file__).parent / "data"))
     from lb_fixtures import make_run, spec_dict
@@ -531,7 +531,8 @@ def test_an_nsga2_search_runs_and_its_pareto_front_is_the_non_dominated_set(tmp_
     import pandas as pd
 
     from nas_stab.results.leaderboard import build_leaderboard
-    from nas_stab.search import optuna_study, transfer
+    from nas_stab.search import optuna_study
+    from nas_stab.search.sources import transfer
 
     made = []
     real = optuna_study.make_sampler
@@ -613,7 +614,7 @@ def test_nsga2_breeds_generations_of_the_population_size_and_a_resume_keeps_it(t
 
     from nas_stab.config import loads_spec
     from nas_stab.search.optuna_study import make_storage, resume_seed
-    from nas_stab.search.transfer import POPULATION_ATTR, TransferSource, open_outer_study
+    from nas_stab.search.sources.transfer import POPULATION_ATTR, TransferSource, open_outer_study
 
     text = spec_text(TRANSFER, seeds=1, search={"sampler": "nsga2", "trials": 10, "population_size": 3, "objective": "val_acc",
                                                 "transfer": {"objectives": ["transfer_score", "best"]}})
@@ -694,7 +695,7 @@ def test_a_bracketed_transfer_search_through_the_ray_runner(tmp_path):
     from conftest_ray import run_ray_text, start_local_ray
 
     from nas_stab.config import loads_spec
-    from nas_stab.search.transfer_objectives import evaluate
+    from nas_stab.search.sources.transfer_objectives import evaluate
 
     if ray.is_initialized():
         ray.shutdown()
@@ -723,7 +724,7 @@ def test_censored_optima_never_score_as_transfer():
     # both sizes' best lr is the grid's top (0.2): lr_drift 0.00 and regret 0 used to be told to Optuna as a
     # perfect score, which the search then optimized toward; they are bounds, so the trial is not told them
     from nas_stab.config import loads_spec
-    from nas_stab.search.transfer_objectives import evaluate
+    from nas_stab.search.sources.transfer_objectives import evaluate
 
     spec = loads_spec(spec_text(TRANSFER, search={"sampler": "random", "trials": 3, "objective": "val_acc",
                                                    "transfer": {"objectives": ["lr_drift", "worst_regret"]}}))

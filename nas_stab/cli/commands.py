@@ -21,7 +21,7 @@ from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import read_run
 from nas_stab.results.tensorboard import rebuild
 from nas_stab.search.plan import base_lookup
-from nas_stab.search.ray_cluster import check_reachable
+from nas_stab.search.ray.cluster import check_reachable
 from nas_stab.textfmt import did_you_mean
 
 if typing.TYPE_CHECKING:
@@ -67,7 +67,7 @@ def cmd_validate(args) -> int:
 def _print_trials(spec: Spec) -> int:
     """Print what the search trains (trials x seeds, or a transfer search's outer x inner); returns the runs."""
     from nas_stab.config.mode import search_mode  # deferred: nas_stab.config loads the YAML and schema machinery (~40 ms of --help)
-    from nas_stab.search.transfer import inner_points  # deferred: loads PyYAML only when this runs
+    from nas_stab.search.sources.transfer import inner_points  # deferred: loads PyYAML only when this runs
 
     n_seeds = len(spec.seeds)
     mode = search_mode(spec)
@@ -151,7 +151,7 @@ def _run(args, setup_done) -> int:
                 print(f"watch it: {c}", file=sys.stderr)
             run: typing.Callable[..., dict]
             if spec.runner.kind == "ray":
-                from nas_stab.search.ray_runner import run_ray as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
+                from nas_stab.search.ray.runner import run_ray as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
             else:
                 from nas_stab.search.local import run_local as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
             setup_done()

@@ -6,8 +6,10 @@
     ('mlp', 0.1)
 
 Where things live: `schema.py` (every key, its type, default and range),
-`load.py` (the loader and the dotted-key helpers), `rules.py` (cross-field
-rules), `yamlio.py` (safe YAML with line numbers), `compose.py` (`extends:`),
+`load.py` (the loader), `keys.py` (dotted keys), `resolve.py` (a searched
+point made concrete), `rules.py` (the rules of one configuration),
+`rules_spec.py` (of the whole experiment; with `rules_space.py` and
+`rules_leaderboard.py`), `yamlio.py` (safe YAML with line numbers), `compose.py` (`extends:`),
 `knobs.py` (the papers' scale formulas), `advice.py` (warnings),
 `json_schema.py` / `reference.py` / `display.py` (generated documents).
 """

@@ -22,7 +22,7 @@ Check = Callable[[Any], "tuple[tuple, str] | None"]  # spec -> (key path, reason
 
 GROUPS = ("config", "search", "transfer", "tracking")  # one configuration; search; search.transfer; logging.tracking
 PROVIDERS = ("nas_stab.data", "nas_stab.models", "nas_stab.search.optuna_study",
-             "nas_stab.search.transfer_objectives", "nas_stab.results.tracking")
+             "nas_stab.search.sources.transfer_objectives", "nas_stab.results.tracking")
 
 _CHECKS: dict[str, dict[str, Check]] = {g: {} for g in GROUPS}
 _loaded = False

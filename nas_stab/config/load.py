@@ -18,15 +18,19 @@ from nas_stab.config import schema
 from nas_stab.config.advice import advice
 from nas_stab.config.build import Ctx, build, public_fields
 from nas_stab.config.compose import compose
+from nas_stab.config.keys import SEARCHABLE, check_key, get_key, set_path
 from nas_stab.config.mode import search_mode
-from nas_stab.config.rules import check_config, check_spec
+from nas_stab.config.resolve import resolve
+from nas_stab.config.rules_spec import check_spec
 from nas_stab.config.yamlio import load_yaml, read_text
 from nas_stab.errors import RunError, SpecError, SpecErrors
 from nas_stab.space import Space, parse_space
 from nas_stab.textfmt import did_you_mean
 
 Spec = schema.Spec
-SEARCHABLE = ("task", "model", "train", "stability")
+__all__ = ["SEARCHABLE", "Spec", "check_key", "config_key", "from_data", "get_key", "load_run_spec", "load_spec",
+           "loads_spec", "resolve", "spec_hash", "to_plain", "with_earlier_defaults"]  # the dotted-key helpers and the
+# resolver live in keys.py and resolve.py (below the rules that use them); they are re-exported here
 
 
 def load_spec(path: str | Path, overrides: Iterable[str] = (), *, probe: bool = False) -> Spec:
@@ -52,7 +56,7 @@ def loads_spec(text: str, file: str = "<string>", overrides: Iterable[str] = (),
         path, value = _parse_override(text_)
         if path == ("task", "dataset", "root") and isinstance(value, str) and value:
             value = str(Path.cwd() / Path(value).expanduser())  # typed on the command line: from where it was typed
-        _set_path(data, path, value, text_)
+        set_path(data, path, value, text_)
         if path[0] == "space" and len(path) > 2:
             path = ("space", ".".join(path[1:]))
         override_paths[path] = text_
@@ -141,78 +145,6 @@ def _parse_override(text: str) -> tuple[tuple, Any]:
     if value.strip() == "":
         parsed = ""
     return tuple(key.split(".")), parsed
-
-
-def _set_path(data: dict, path: tuple, value: Any, text: str) -> None:
-    if path[0] == "space" and len(path) > 2:
-        # space keys are dotted themselves: --set space.train.lr=[0.1,0.2]
-        node = data.setdefault("space", {}) or {}
-        if not isinstance(node, dict):
-            raise SpecError(f"space is not a mapping (it is a {type(node).__name__}): it cannot take a dimension",
-                            file=f"--set {text}")
-        data["space"] = node
-        if value is None:  # --set space.train.lr=null removes the dimension, as null does under extends:
-            node.pop(".".join(path[1:]), None)
-            return
-        node[".".join(path[1:])] = value
-        return
-    node = data
-    for i, part in enumerate(path[:-1]):
-        nxt = node.get(part)
-        if nxt is None:
-            nxt = node[part] = {}
-        if not isinstance(nxt, dict):
-            raise SpecError(f"{'.'.join(path[: i + 1])} is not a mapping", file=f"--set {text}")
-        node = nxt
-    node[path[-1]] = value
-
-
-# ---------------------------------------------------------------- dotted keys
-
-
-def check_key(spec: Spec, dotted: str) -> str | None:
-    """None if `dotted` names a searchable leaf of the configuration, else a message."""
-    if not isinstance(dotted, str):
-        return f"keys are dotted strings, got {dotted!r}"
-    parts = dotted.split(".")
-    if parts[0] not in SEARCHABLE:
-        return f"unknown key {dotted!r}: searchable keys start with one of {', '.join(SEARCHABLE)}" + (
-            did_you_mean(parts[0], SEARCHABLE) if parts[0] not in ("name", "seeds", "search", "runner", "leaderboard", "space") else ""
-        )
-    obj: Any = spec
-    for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(obj):
-            return f"unknown key {dotted!r}: {'.'.join(parts[:i])} has no sub-keys"
-        names = [f.name for f in public_fields(type(obj))]
-        if part not in names:
-            return f"unknown key {dotted!r}" + did_you_mean(part, names)
-        obj = getattr(obj, part)
-    if dataclasses.is_dataclass(obj):
-        return f"{dotted!r} is a section; name one of its keys"
-    return None
-
-
-def get_key(spec: Spec, dotted: str) -> Any:
-    obj: Any = spec
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def resolve(spec: Spec, params: dict[str, Any]) -> Spec:
-    """The spec with searched values substituted, validated again (cross-field rules too)."""
-    if not params:
-        return spec
-    data = copy.deepcopy(spec.raw)
-    data.pop("space", None)
-    for key, value in params.items():
-        _set_path(data, tuple(key.split(".")), value, key)
-    ctx = Ctx(spec.source, {}, {})
-    out = build(schema.Spec, data, ctx)
-    out = dataclasses.replace(out, space=Space(), source=spec.source, raw=data)
-
-    check_config(out, ctx)
-    return out
 
 
 def to_plain(obj: Any) -> Any:

@@ -7,7 +7,7 @@ search, the Optuna sampler of a sampled search, the sampler of a transfer search
 
     mode = search_mode(spec)
     if mode.brackets: ...          # a bracket search, or a transfer search bracketing inside its outer trials
-    if mode.job_source: ...        # "grid" or "bracket": the driver's job source (search/sources.py)
+    if mode.job_source: ...        # "grid" or "bracket": the driver's job source (search/sources/)
 
 | mode | ``search.sampler`` | ``search.transfer`` | runs |
 | --- | --- | --- | --- |

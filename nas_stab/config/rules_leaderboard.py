@@ -6,6 +6,7 @@ import math
 from typing import Protocol
 
 from nas_stab import metrics
+from nas_stab.config.keys import check_key
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.errors import SpecError
@@ -27,8 +28,6 @@ def check_leaderboard(spec: Spec, ctx: RuleCtx, *, stored: bool = False, axes: b
     `stored`: a run directory's spec.yaml, which opens even if it predates a rule. `axes`: also the
     rules against this spec's space (the searched sizes and lrs), which a table of several runs
     (each may search other sizes, or none) does not follow."""
-    from nas_stab.config.load import check_key  # deferred: config.load imports these rules (load, then check)
-
     lb = spec.leaderboard
     for path, key in [(("leaderboard", "lr"), lb.lr), (("leaderboard", "transfer"), lb.transfer)] + [
         (("leaderboard", "compare", i), k) for i, k in enumerate(lb.compare)

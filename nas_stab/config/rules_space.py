@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 
 from nas_stab.config.build import Ctx
+from nas_stab.config.keys import get_key
 from nas_stab.config.mode import search_mode
+from nas_stab.config.resolve import resolve
 from nas_stab.config.schema import Spec
 from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.space import GridTooLarge
@@ -16,8 +17,6 @@ GRID_CHECK_LIMIT = 20_000
 
 
 def check_space_values(spec: Spec, ctx: Ctx) -> None:
-    from nas_stab.config.load import get_key, resolve  # deferred: config.load imports these rules (each point is resolved, then checked)
-
     base = lambda k: get_key(spec, k)  # noqa: E731
 
     points = None
@@ -70,19 +69,3 @@ def _pop_path(data, parts: list) -> bool:
     for p in parts[:-1]:
         data = data.get(p) if isinstance(data, dict) else None
     return isinstance(data, dict) and data.pop(parts[-1], None) is not None
-
-
-def check_run_time_values(spec: Spec, ctx: Ctx) -> None:
-    """The device exists, the synthetic shape is one the data can take."""
-    dev = spec.train.device
-    if dev.startswith("cuda"):
-        import torch  # deferred: loads torch only when this runs
-
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(dev[5:]) if dev.startswith("cuda:") else 0
-        if index >= n:
-            have = f"{n} CUDA device(s)" if n else "no CUDA (torch.cuda.is_available() is False)"
-            raise ctx.error(("train", "device"), f"{dev} asked, this machine has {have}; use auto or cpu")
-    shape = spec.task.dataset.shape
-    if len(shape) not in (1, 3) or any(v < 1 for v in shape) or math.prod(shape) > 10**7:
-        raise ctx.error(("task", "dataset", "shape"), f"must be (C, H, W) or (D,) of positive sizes, at most 10^7 values; got {list(shape)}")

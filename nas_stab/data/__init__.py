@@ -10,26 +10,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
-from nas_stab.registry import Registry
-
-DATASETS = Registry("dataset")
-
-
-@dataclass(frozen=True)
-class DataInfo:
-    """What a model needs to know about its data."""
-
-    name: str
-    in_shape: tuple = ()
-    classes: int = 0
-    extra: dict = field(default_factory=dict)
-
+from nas_stab.data import (  # importing a dataset module registers its datasets
+    tabular,  # noqa: F401
+    text,  # noqa: F401
+    vision,  # noqa: F401
+)
+from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
 
 __all__ = ["DATASETS", "DataInfo", "check_dataset", "load_dataset", "resolve_root", "reuse_loaded", "cache_dir"]
 
@@ -122,22 +113,3 @@ def load_dataset(spec: Spec, device):
     return data
 
 
-def resolve_root(root: str, base: str | os.PathLike | None = None) -> Path:
-    """Expand '~'; a relative root is taken relative to `base` (default: the working directory)."""
-    p = Path(os.path.expanduser(root))
-    return p if p.is_absolute() else (Path(base) if base is not None else Path.cwd()).joinpath(p).resolve()
-
-
-def cache_dir(cfg=None) -> Path:
-    d = (cfg.cache if cfg is not None and cfg.cache else None) or os.environ.get("NAS_STAB_CACHE") or "~/.cache/nas_stab"
-    p = Path(os.path.expanduser(d))
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-# importing a module registers its datasets; they import DATASETS from here, so this comes last
-from nas_stab.data import (  # noqa: E402
-    tabular,  # noqa: F401
-    text,  # noqa: F401
-    vision,  # noqa: F401
-)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nas_stab.data import DATASETS, DataInfo, resolve_root
+from nas_stab.data.base import DATASETS, DataInfo, resolve_root
 from nas_stab.data.safeio import read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nas_stab.data import DataInfo
+from nas_stab.data.base import DataInfo
 from nas_stab.errors import DataError
 
 

@@ -30,7 +30,7 @@ from typing import Protocol
 import torch
 
 from nas_stab.config.schema import Spec
-from nas_stab.data import DATASETS, DataInfo, cache_dir, resolve_root
+from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
 from nas_stab.data.safeio import read_capped
 from nas_stab.errors import DataError
 

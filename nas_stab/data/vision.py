@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas_stab.data import DATASETS, DataInfo, cache_dir, resolve_root
+from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
 from nas_stab.data.safeio import load_array_pickle, read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError

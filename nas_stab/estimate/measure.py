@@ -21,7 +21,7 @@ from nas_stab.results.rundir import RunDir
 from nas_stab.search import plan
 from nas_stab.search.local_pool import WorkerPool, worker_threads
 from nas_stab.search.protocols import Executor
-from nas_stab.search.ray_cluster import trial_threads
+from nas_stab.search.ray.cluster import trial_threads
 from nas_stab.training.loop import RunResult, cadences
 from nas_stab.training.optim import build_optimizer
 

@@ -12,7 +12,7 @@ from nas_stab.config.mode import JOB_SOURCES, search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.models import build_model
 from nas_stab.search.plan import base_lookup, try_resolve
-from nas_stab.search.transfer import inner_points, inner_sweeps
+from nas_stab.search.sources.transfer import inner_points, inner_sweeps
 from nas_stab.training.optim import total_steps
 
 PLANNED = JOB_SOURCES  # searches whose configurations are known before the run (bracket: its start grid)
@@ -44,7 +44,7 @@ def search_shape(spec: Spec, runs: int) -> Shape:
         assert outer is not None, "a transfer search has search.trials (validated)"
         shape = Shape(configs, inner * outer, float(outer), outer)
         if mode.inner_bracket:
-            from nas_stab.search.bracket import points_range  # deferred: bracket imports pandas (~0.5 s)
+            from nas_stab.search.sources.bracket import points_range  # deferred: bracket imports pandas (~0.5 s)
 
             b = spec.search.bracket
             sweeps = inner_sweeps(spec, {})
@@ -56,7 +56,7 @@ def search_shape(spec: Spec, runs: int) -> Shape:
         return Shape([(spec, n_seeds)], runs, runs / n_seeds)
     configs = _configs(spec)
     if mode.kind == "bracket":
-        from nas_stab.search.bracket import BracketSource, points_range  # deferred: pandas (~0.5 s)
+        from nas_stab.search.sources.bracket import BracketSource, points_range  # deferred: pandas (~0.5 s)
 
         b = spec.search.bracket
         src = BracketSource(spec)

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
+from nas_stab.models import (  # importing a model module registers its architectures
+    mlp,  # noqa: F401
+    plainnet,  # noqa: F401
+    resnet,  # noqa: F401
+    resnext,  # noqa: F401
+    transformer,  # noqa: F401
+)
+from nas_stab.models.archs import ARCHS
 from nas_stab.models.parametrization import WIDTH_FORMS, apply
 from nas_stab.models.parametrization import check as check_parametrization
-from nas_stab.registry import Registry
-
-ARCHS = Registry("arch")
 
 __all__ = ["ARCHS", "build_model", "check_model"]
 
@@ -47,13 +52,3 @@ def build_model(spec: Spec, info):
     if spec.model.parametrization in WIDTH_FORMS:
         apply(model, spec, info, build)
     return model
-
-
-# importing a module registers its architectures
-from nas_stab.models import (  # noqa: E402,F401
-    mlp,
-    plainnet,
-    resnet,
-    resnext,
-    transformer,
-)

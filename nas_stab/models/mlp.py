@@ -51,7 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import ARCHS, checks
+from nas_stab.models import checks
+from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, kaiming_normal_, model_tau, scalar, uses_path, uses_scalar_bias
 from nas_stab.models.branches import MultiBranch, fixup_classifier_
 from nas_stab.models.layers import make_norm

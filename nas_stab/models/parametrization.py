@@ -62,6 +62,7 @@ import torch
 from torch import nn
 
 from nas_stab.config.schema import Spec
+from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import Tau
 from nas_stab.models.transformer_layers import MultiHeadAttention
 
@@ -125,8 +126,6 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
     if p in DEPTH_ALPHA and "model.depth" in searched and m.base_depth is None:
         return ("model", "base_depth"), f"model.depth is searched: {p} needs a fixed base depth (model.base_depth)"
     if p in DEPTH_ALPHA and m.base_depth is not None and m.base_depth != m.depth:
-        from nas_stab.models import ARCHS  # deferred: nas_stab.models imports this module before its registry fills
-
         arch_check = ARCHS.entry(m.arch).info.get("check")
         base = dataclasses.replace(spec, model=dataclasses.replace(m, depth=m.base_depth, parametrization="weight"))
         problem = arch_check(base) if arch_check else None

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import ARCHS, checks
+from nas_stab.models import checks
+from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, uses_path
 from nas_stab.models.stack import build_stack
 

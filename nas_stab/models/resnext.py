@@ -20,7 +20,8 @@ width 64; the STAM experiments vary C at fixed planes, i.e. C copies).
 from __future__ import annotations
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import ARCHS, checks
+from nas_stab.models import checks
+from nas_stab.models.archs import ARCHS
 from nas_stab.models.layers import make_norm
 from nas_stab.models.residual import ProjectionShortcut
 from nas_stab.models.resnet import CifarResNet

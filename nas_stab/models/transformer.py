@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import ModelConfig, Spec
-from nas_stab.models import ARCHS
+from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, Tau, branch_alpha, deepnorm_constants, model_tau, record_init
 from nas_stab.models.transformer_layers import FeedForward, MultiHeadAttention, Sublayer, ffn_width, sinusoids
 

@@ -11,11 +11,11 @@ from nas_stab.analysis.values import fmt_value
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.results.reader import Run
-from nas_stab.search.bracket import BracketSource
 from nas_stab.search.plan import base_lookup
-from nas_stab.search.transfer import architecture, inner_sweeps, outer_dims
+from nas_stab.search.sources.bracket import BracketSource
+from nas_stab.search.sources.transfer import architecture, inner_sweeps, outer_dims
 
-# how a bracket sweep ended (nas_stab.search.bracket.SweepEnd.end) as the table says it
+# how a bracket sweep ended (nas_stab.search.sources.bracket.SweepEnd.end) as the table says it
 BRACKET_END_TEXT = {"running": "unfinished", "bracketed": "bracketed", "divergence wall": "divergence wall",
                     "limit": "limit", "no lr trains": "no lr trains"}
 

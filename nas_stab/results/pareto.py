@@ -2,7 +2,7 @@
 
 Each leaderboard row of a transfer search is one architecture (its `compare` keys default to the
 searched keys other than the learning rate and the size axis) and carries every objective the
-search can use (`search/transfer_objectives.py`), computed by the same analysis. A row is on
+search can use (`search/sources/transfer_objectives.py`), computed by the same analysis. A row is on
 the front when no other row is at least as good in every objective of
 `search.transfer.objectives` and better in one (directions: the metric's for `transfer_score`
 and `best`, smaller for regrets, drift and sensitivity, larger for `stable_octaves`). Rows
@@ -27,7 +27,7 @@ from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.results._plotbase import _figure, _plain, _png, _short_keys, _wrap
 from nas_stab.results.html_page import figure_html, html_table
-from nas_stab.search.transfer_objectives import directions
+from nas_stab.search.sources.transfer_objectives import directions
 
 CAPTION = "Pareto front of the transfer search: each point one architecture (outer trial), the front joined"
 

@@ -33,7 +33,7 @@ from nas_stab.config import spec_hash
 from nas_stab.config.display import applicable_plain
 from nas_stab.config.load import with_earlier_defaults
 from nas_stab.config.schema import Spec
-from nas_stab.csvsafe import csv_cell, unescape_cell
+from nas_stab.csvsafe import csv_cell
 from nas_stab.errors import RunError
 from nas_stab.results.atomic import atomic_write
 from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
@@ -391,10 +391,3 @@ def _int(v: Any) -> int:
         return int(v)
     except (TypeError, ValueError):
         return 1 << 62
-
-
-def cell_text(v: Any) -> str:
-    """The text trials.csv holds for the value `v` once read back (`reader.read_rows`): a row the driver
-    has in memory and the same row read from the file give the same text (the trackers' fingerprints)."""
-    return str(unescape_cell(csv_cell(v)))
-

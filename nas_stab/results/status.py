@@ -11,11 +11,11 @@ from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.results.bracket_ends import with_bracket_ends
 from nas_stab.results.reader import read_run
-from nas_stab.search.adaptive import todo_from_table
-from nas_stab.search.bracket import BracketSource
 from nas_stab.search.optuna_study import make_storage
 from nas_stab.search.plan import base_lookup
-from nas_stab.search.transfer import inner_points, study_name
+from nas_stab.search.sources.adaptive import todo_from_table
+from nas_stab.search.sources.bracket import BracketSource
+from nas_stab.search.sources.transfer import inner_points, study_name
 
 
 def status_text(run_dir: Path) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
 from nas_stab.analysis.values import dotted, number_or_text
+from nas_stab.csvsafe import cell_text
 from nas_stab.results.reader import HISTORY, SPEC_YAML, read_history_rows
 from nas_stab.results.tensorboard import scalar_tag
 
@@ -139,8 +140,6 @@ class RunRecord:
 def record(exp: Experiment, row: Mapping[str, Any]) -> RunRecord:
     """A run's record from its trials.csv row: the driver's (typed values) or the file's (text) give the
     same cells and fingerprint."""
-    from nas_stab.results.rundir import cell_text  # deferred: loads PyYAML only when this runs
-
     cells = {str(k): cell_text(v) for k, v in row.items() if k is not None}
     cells = {k: v for k, v in cells.items() if v != ""}
     blob = json.dumps(sorted(cells.items()))

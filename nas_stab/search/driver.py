@@ -28,7 +28,7 @@ A backend is one of two shapes.
 1. An *executor* (`protocols.Executor`: the local runner in-process and its worker pool; a Dask
    or SLURM backend would be one too): `Driver.drive(executor)` does the rest.
 
-2. A backend that schedules trials itself (Ray Tune, `ray_bridge`): it calls
+2. A backend that schedules trials itself (Ray Tune, `search/ray/bridge.py`): it calls
    `driver.next_trial()` when it has a slot (a `Trial`, `WAIT`: nothing now, ask again later,
    or None: nothing more), trains `trial.jobs` in order under the seed policy, reports
    through `trial.report` / `trial.should_prune`, appends (result, traceback) to
@@ -38,18 +38,18 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from nas_stab import gcsetup
 from nas_stab.config.mode import search_mode
 from nas_stab.search import plan, trial_states
-from nas_stab.search.adaptive import AdaptiveSeeds
 from nas_stab.search.plan import Job
 from nas_stab.search.progress import Progress
 from nas_stab.search.protocols import Executor, JobSource
 from nas_stab.search.records import Records
 from nas_stab.search.sources import JOB_SOURCES
-from nas_stab.search.transfer import TransferSource
+from nas_stab.search.sources.adaptive import AdaptiveSeeds
+from nas_stab.search.sources.transfer import TransferSource
 from nas_stab.search.trial_states import INTERRUPTED
 
 if TYPE_CHECKING:
@@ -374,8 +374,8 @@ class Driver:
                     executor.submit(run)
                 if not executor.busy:
                     return
-                for run, result, tb in executor.wait():
-                    following = self.run_done(run, result, tb)
+                for done, result, tb in executor.wait():
+                    following = self.run_done(cast(Run, done), result, tb)  # the runs this driver submitted
                     if following is not None:
                         executor.submit(following)  # the next seed, on the slot the previous one freed
         except BaseException:

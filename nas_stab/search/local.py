@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from nas_stab.config.schema import Spec
 from nas_stab.search import plan
-from nas_stab.search.driver import Driver, Run
+from nas_stab.search.driver import Driver
 from nas_stab.search.local_pool import WorkerPool, worker_threads
-from nas_stab.search.protocols import Executor, JobSource
+from nas_stab.search.protocols import Executor, JobSource, Run
 
 if TYPE_CHECKING:  # types only: training.loop imports torch
     from nas_stab.training.loop import RunResult

@@ -10,12 +10,28 @@ A backend that schedules trials itself (Ray Tune) is neither: it calls the drive
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:  # types only: the driver imports this module
-    from nas_stab.search.driver import Run
+if TYPE_CHECKING:
     from nas_stab.search.plan import Job
     from nas_stab.training.loop import RunResult
+
+
+class Run(Protocol):
+    """One job of a trial as the driver hands it to an executor (the driver's `driver.Run`): the job, its
+    resolved configuration, the step its history starts at, and where its reports go."""
+
+    job: Job
+    resolved: Any
+    offset: int
+
+    def report(self, value: float, step: int) -> None:
+        """An intermediate objective value at `step` (Optuna's report; the progress display)."""
+        ...
+
+    def should_prune(self) -> bool:
+        """Whether the trial's pruner stops it now."""
+        ...
 
 
 class JobSource(Protocol):

@@ -13,15 +13,11 @@ The training loop is generic; a task object supplies the task-specific parts:
 from __future__ import annotations
 
 from nas_stab.config.schema import Spec
-from nas_stab.registry import Registry
-
-TASKS = Registry("task")
-
-# importing a module registers its task; they import TASKS from here, so this comes after it
-from nas_stab.tasks import (  # noqa: E402
+from nas_stab.tasks import (  # importing a task module registers its task
     classification,  # noqa: F401
     translation,  # noqa: F401
 )
+from nas_stab.tasks.kinds import TASKS
 
 
 def load_task(spec: Spec, seed: int, device):

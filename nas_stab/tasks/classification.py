@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from nas_stab.config.schema import Spec
 from nas_stab.data import load_dataset
-from nas_stab.tasks import TASKS
+from nas_stab.tasks.kinds import TASKS
 
 
 @TASKS.register("classification")

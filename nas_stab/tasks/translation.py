@@ -26,7 +26,7 @@ from nas_stab.config.schema import Spec
 from nas_stab.data import load_dataset
 from nas_stab.data.text import PAD
 from nas_stab.models.transformer_decode import decode
-from nas_stab.tasks import TASKS
+from nas_stab.tasks.kinds import TASKS
 
 __all__ = ["Translation", "bleu"]
 

@@ -48,8 +48,8 @@ from ray.tune.search import Searcher
 
 from nas_stab.config.schema import Spec
 from nas_stab.search.driver import WAIT
-from nas_stab.search.ray_faces import BridgeScheduler, BridgeSearcher
-from nas_stab.search.ray_trial import KIND, decode_result, finite
+from nas_stab.search.ray.faces import BridgeScheduler, BridgeSearcher
+from nas_stab.search.ray.trial import KIND, decode_result, finite
 
 START_RETRIES = 2  # worker failures of a trial before it reported anything that do not spend runner.max_failures
 

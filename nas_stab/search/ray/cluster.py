@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nas_stab.errors import RunError
-from nas_stab.search import ray_loopback, ray_procs
+from nas_stab.search.ray import loopback as ray_loopback
+from nas_stab.search.ray import procs as ray_procs
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -35,7 +36,7 @@ def check_reachable(address: str, timeout: float = 60.0) -> None:
     and only the TCP connection is checked.
     """
     if address == "auto":  # the cluster RAY_ADDRESS or the last `ray start` names, when there is one
-        from nas_stab.search._ray_compat import cluster_address  # deferred: loads Ray, PyYAML only when this runs
+        from nas_stab.search.ray.compat import cluster_address  # deferred: loads Ray, PyYAML only when this runs
 
         address = cluster_address(address)
     hostport = address[len("ray://"):] if is_client_address(address) else address
@@ -149,7 +150,7 @@ def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
     ray_loopback.no_grpc_fork_handlers()  # before Ray starts gRPC here or in a local Ray it starts
     import ray  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs
+    from nas_stab.search.ray import compat as _ray_compat  # deferred: loads Ray only when this runs
 
     untested = _ray_compat.untested_version()
     if untested:

@@ -52,7 +52,7 @@ def untested_version(version: str | None = None) -> str | None:
     if _release(low) <= _release(version) < _release(below):
         return None
     return (f"Ray {version} is outside the range nas_stab's Ray runner was tested with "
-            f"(>={low},<{below}): the private Ray APIs in nas_stab.search._ray_compat may have changed; "
+            f"(>={low},<{below}): the private Ray APIs in nas_stab.search.ray.compat may have changed; "
             "run tests/test_ray_compat.py to see which")
 
 
@@ -192,7 +192,7 @@ def keep_loopback_addresses() -> None:
     Works around: as `node_ip_is_loopback`, for `ray start` / `ray stop` run in this process:
     ``--address 127.0.0.1:PORT`` and ``--node-ip-address 127.0.0.1`` would be rewritten to the
     machine's IP by `services.resolve_ip_for_localhost`, which this replaces by the identity.
-    Only for a process that runs nothing else (``python -m nas_stab.search.ray_loopback``).
+    Only for a process that runs nothing else (``python -m nas_stab.search.ray.loopback``).
 
     Verified on Ray 2.60.0 (`ray._private.services.resolve_ip_for_localhost(host)`, looked up at
     call time by `services.canonicalize_bootstrap_address` and `ray.scripts.scripts.start`).

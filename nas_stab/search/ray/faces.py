@@ -1,17 +1,28 @@
-"""Ray Tune's two faces of one `ray_bridge.OptunaBridge`: its searcher (`BridgeSearcher`) and its
+"""Ray Tune's two faces of one `bridge.OptunaBridge`: its searcher (`BridgeSearcher`) and its
 scheduler (`BridgeScheduler`). Each forwards Tune's calls to the bridge; a copy Tune pickles into a
 checkpoint carries no bridge (the driver keeps the only one)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-if TYPE_CHECKING:  # types only: ray_bridge builds the faces
-    from nas_stab.search.ray_bridge import OptunaBridge
+
+class OptunaBridge(Protocol):
+    """What the faces ask of `bridge.OptunaBridge` (which builds them)."""
+
+    def suggest(self, trial_id: str): ...
+
+    def complete(self, trial_id: str, result: dict | None, error: bool) -> None: ...
+
+    def on_result(self, trial_id: str, result: dict) -> str: ...
+
+    def on_error(self, trial_id: str, message: str, *, final: bool = False) -> None: ...
+
+    def gave_up(self, trial_id: str) -> bool: ...
 
 
 class _Face:

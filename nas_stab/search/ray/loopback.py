@@ -4,11 +4,11 @@ Ray 2.60 rewrites a loopback address to the machine's "reachable" IP before
 connecting, so a cluster whose processes listen on 127.0.0.1 only cannot be
 joined as ``127.0.0.1:PORT``, and a node asked to use 127.0.0.1 still binds
 every interface. This module keeps everything on loopback (the private Ray
-details it takes are in `nas_stab.search._ray_compat`):
+details it takes are in `nas_stab.search.ray.compat`):
 
 - `init_ray(address, num_cpus)`: start a local Ray, or join ``auto`` /
   ``host:port``, without that rewrite when the address is a loopback one;
-- ``python -m nas_stab.search.ray_loopback start ...``: the ``ray`` command
+- ``python -m nas_stab.search.ray.loopback start ...``: the ``ray`` command
   line with the rewrite disabled, used by runners/local_cluster.sh to start
   worker nodes that join a head on 127.0.0.1. A head started this way also
   keeps its Ray Client server's per-client drivers on loopback (see `main`).
@@ -60,7 +60,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwarg
     no_grpc_fork_handlers()
     import ray  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs (this module must stay light: gRPC setup)
+    from nas_stab.search.ray import compat as _ray_compat  # deferred: loads Ray only when this runs (this module must stay light: gRPC setup)
 
     kwargs.setdefault("log_to_driver", False)
     if address is not None and address.startswith("ray://"):
@@ -90,7 +90,7 @@ def _option(args: list[str], name: str) -> str | None:
 def main() -> int:
     """`ray` CLI with loopback addresses left alone (see runners/local_cluster.sh)."""
     no_grpc_fork_handlers()
-    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs (this module must stay light: gRPC setup)
+    from nas_stab.search.ray import compat as _ray_compat  # deferred: loads Ray only when this runs (this module must stay light: gRPC setup)
 
     _ray_compat.keep_loopback_addresses()
     args = sys.argv[1:]

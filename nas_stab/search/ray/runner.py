@@ -1,9 +1,9 @@
 """The Ray runner (`runner.kind: ray`): the same trials as the local runner, on Ray Tune.
 
 The driver (this module, in the `nas-stab run` process) owns the Optuna study
-and the run directory; Ray workers only train (`nas_stab.search.ray_trial`)
+and the run directory; Ray workers only train (`nas_stab.search.ray.trial`)
 and send their records back through Tune results. One component,
-`nas_stab.search.ray_bridge.OptunaBridge`, is both Tune's searcher (Optuna
+`nas_stab.search.ray.bridge.OptunaBridge`, is both Tune's searcher (Optuna
 asks, from the YAML space) and its scheduler (divergence rule, then Optuna's
 pruner), so every trial ends COMPLETE, PRUNED or FAIL in the study.
 
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 from nas_stab.errors import Interrupted
 from nas_stab.search.driver import Driver
 from nas_stab.search.protocols import JobSource
-from nas_stab.search.ray_cluster import check_client_storage, check_fits, ray_session, trial_resources, trial_threads
-from nas_stab.search.ray_trial import Board, trial_main
+from nas_stab.search.ray.cluster import check_client_storage, check_fits, ray_session, trial_resources, trial_threads
+from nas_stab.search.ray.trial import Board, trial_main
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -75,7 +75,7 @@ def _run_tune(spec: Spec, rd, driver, run_fn) -> None:
     with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as local_ray:
         from ray.util.client import ray as ray_client  # Ray's imports: only when a Ray run starts
 
-        from nas_stab.search.ray_bridge import OptunaBridge  # deferred: loads Ray, rich only when this runs
+        from nas_stab.search.ray.bridge import OptunaBridge  # deferred: loads Ray, rich only when this runs
 
         r = spec.runner
         res = trial_resources(r)
@@ -123,8 +123,8 @@ def _tuner(spec: Spec, bridge, board, res: dict, run_fn, name: str, storage_path
     """The Tune experiment: `ray_trial.trial_main` per trial, the bridge as searcher and scheduler."""
     from ray import tune  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs
-    from nas_stab.search.ray_bridge import START_RETRIES  # deferred: loads Ray, rich only when this runs
+    from nas_stab.search.ray import compat as _ray_compat  # deferred: loads Ray only when this runs
+    from nas_stab.search.ray.bridge import START_RETRIES  # deferred: loads Ray, rich only when this runs
 
     r = spec.runner
     fn = tune.with_parameters(trial_main, spec=spec, board=board, cwd=os.getcwd(), run_fn=run_fn)
@@ -156,7 +156,7 @@ def _fit(tuner, bridge, board, driver, rd, client: bool) -> bool:
     left unfinished are closed as interrupted, and the board is killed, however it ends."""
     import ray  # deferred: loads Ray only when this runs
 
-    from nas_stab.search import _ray_compat  # deferred: loads Ray only when this runs
+    from nas_stab.search.ray import compat as _ray_compat  # deferred: loads Ray only when this runs
 
     clean = False
     try:

@@ -1,6 +1,6 @@
 """`seeds: {min: n, max: m}`: the search's runs with n seeds, then more seeds only where a verdict is still open.
 
-A job source (`search/sources.py`) around the search's own (`grid` or `bracket`): it first yields that
+A job source (`search/sources/`) around the search's own (`grid` or `bracket`): it first yields that
 source's runs with the first n seeds. When they are all recorded, it computes the table (the leaderboard's
 `analyze`, with the experiment's `leaderboard:` settings and 1000 bootstrap replicates, as `nas-stab
 leaderboard` computes it) and asks `analysis.more_seeds.plan` where more seeds go: the cells the verdict
@@ -32,8 +32,8 @@ from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
 from nas_stab.search import plan
-from nas_stab.search.bracket import BracketSource
 from nas_stab.search.plan import Job
+from nas_stab.search.sources.bracket import BracketSource
 
 _MAX_STAGES = 10_000
 

@@ -61,13 +61,13 @@ from nas_stab.analysis.table import analyze
 from nas_stab.config import config_key
 from nas_stab.config.schema import Spec
 from nas_stab.search.plan import Job, base_lookup, try_resolve
-from nas_stab.search.sources import JOB_SOURCES
+from nas_stab.search.sources.registry import JOB_SOURCES
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
 # octaves: two learning rates this close are the same point. Not tighter: `log_grid` rounds its values to
 # 6 significant digits (up to ~1e-6 octaves from the exact lattice point the resolution step computes), and
 # a tighter tolerance trained such a grid point a second time. search.bracket's step and resolution are
-# at least config.rules.BRACKET_MIN_OCTAVES, far above it.
+# at least config.rules_spec.BRACKET_MIN_OCTAVES, far above it.
 _TOL = 1e-3
 
 
@@ -137,7 +137,7 @@ class BracketSource:
     runs) and a sampler (N trials): once N runs are recorded or running it says nothing more will
     come, so a rerun with the same N trains nothing and one with a larger N carries on.
 
-    Inside a transfer search (`search.transfer.inner: bracket`, `search/transfer.py`) one source
+    Inside a transfer search (`search.transfer.inner: bracket`, `search/sources/transfer.py`) one source
     brackets the sweeps of one outer trial: `sweeps` [(the sweep's non-lr values, its start lrs)]
     replaces the grid of `space:`, job `trial` numbers start at `trial_base` with `sweep_points`
     learning rates per sweep at most, and every job carries `outer`.
@@ -247,7 +247,7 @@ class BracketSource:
 
     def all_jobs(self, i: int, lr: float, order: int) -> list[Job]:
         """`jobs` and those of the further seeds of adaptive seeds (`seeds: {min, max}`), which the sweep
-        trains only where the table asks for them (`search/adaptive.py`) and counts where they are recorded."""
+        trains only where the table asks for them (`search/sources/adaptive.py`) and counts where they are recorded."""
         got = self._jobs.get((i, lr))
         if got is None:
             rest, _ = self.sweeps[i]

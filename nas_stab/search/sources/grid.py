@@ -1,24 +1,15 @@
-"""Where the jobs of a search come from when Optuna's sampler does not ask: the job sources.
-
-A `search.sampler` name registered in `JOB_SOURCES` is a job source (`protocols.JobSource`):
-the driver (`search/driver.py`) asks it for jobs whenever a backend has a free slot. `grid`
-(every point x seed, at once) is here; `bracket` (each learning-rate optimum found, bracketed
-and resolved, decided as results come in) is in `search/bracket.py`. A new source is a class
-taking `(spec, limit)` with a `pending` method, registered under the sampler name it answers to.
-"""
+"""`search.sampler: grid`: every point x seed of the space, at once."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
 from nas_stab.config.schema import Spec
-from nas_stab.registry import Registry
 from nas_stab.search import plan
 from nas_stab.search.plan import Job
 from nas_stab.search.protocols import JobSource
+from nas_stab.search.sources.registry import JOB_SOURCES
 
-__all__ = ["JOB_SOURCES", "GridSource", "JobSource"]
-
-JOB_SOURCES = Registry("job source")  # search.sampler names whose jobs come from a job source
+__all__ = ["GridSource"]
 
 
 @JOB_SOURCES.register("grid")
@@ -37,6 +28,3 @@ class GridSource(JobSource):
         done = {r["key"] for r in records}
         self._todo = [j for j in self._todo if j.key not in done]
         return [j for j in self._todo if j.key not in running] if self._todo else None
-
-
-from nas_stab.search import bracket as _bracket  # noqa: E402,F401  (registers "bracket")

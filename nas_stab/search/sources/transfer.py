@@ -101,7 +101,7 @@ def open_outer_study(spec: Spec, storage_url: str):
     """The outer study (created on first use): the sampler of `search.sampler`, one direction per objective."""
     import optuna  # deferred: loads Optuna only when this runs
 
-    from nas_stab.search.transfer_objectives import directions  # deferred: loads pandas, NumPy only when this runs
+    from nas_stab.search.sources.transfer_objectives import directions  # deferred: loads pandas, NumPy only when this runs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -186,7 +186,7 @@ class TransferSource:
         (one per size) at `bracket.points_range`'s expected count; None with an inner grid (`total` is known)."""
         if not self.bracket:
             return None
-        from nas_stab.search.bracket import points_range  # deferred: loads pandas, NumPy only when this runs
+        from nas_stab.search.sources.bracket import points_range  # deferred: loads pandas, NumPy only when this runs
 
         b = self.spec.search.bracket
         per = sum(points_range(start, float(b.step_octaves), float(b.resolution_octaves), tuple(b.lr_limits))[1]
@@ -244,7 +244,7 @@ class TransferSource:
         """inner: bracket: the BracketSource of outer trial n (its sweeps: one per size)."""
         src = self._brackets.get(n)
         if src is None:
-            from nas_stab.search.bracket import BracketSource  # deferred: loads pandas, NumPy only when this runs
+            from nas_stab.search.sources.bracket import BracketSource  # deferred: loads pandas, NumPy only when this runs
 
             src = self._brackets[n] = BracketSource(self.spec, sweeps=inner_sweeps(self.spec, self.active[n]),
                                                     trial_base=n * MAX_POINTS,
@@ -292,7 +292,7 @@ class TransferSource:
 
     def _finish(self, n: int, rows: list[dict]) -> None:
         """Every inner run of outer trial n is recorded: tell the study its objectives."""
-        from nas_stab.search.transfer_objectives import evaluate  # deferred: loads pandas, NumPy only when this runs
+        from nas_stab.search.sources.transfer_objectives import evaluate  # deferred: loads pandas, NumPy only when this runs
 
         try:
             values, attrs, why = evaluate(self.spec, rows)
