@@ -230,6 +230,7 @@ def _rows(run_dir):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_a_real_search_stopped_inside_a_batch_resumes_to_the_same_runs(tmp_path):
     whole = _rows(_local(TINY_ADAPTIVE, tmp_path / "a"))
     keys = [r["key"] for r in whole]

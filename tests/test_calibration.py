@@ -72,6 +72,7 @@ def _fmt(r: pd.DataFrame) -> str:
     return "\n" + r.to_string(float_format=lambda v: f"{v:.3f}")
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_no_yes_when_the_optimum_moves(rates):
     moving = rates[[i[0] >= 2 * TOL for i in rates.index]]
     assert (moving["yes"] <= 0.05).all(), "P(yes | drift >= 2 x tolerance) above 5%:" + _fmt(moving)

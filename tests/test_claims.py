@@ -47,6 +47,7 @@ def _judge(claim, trials, classes=10):
     return evaluate([claim], {"trials": trials}, classes=classes).iloc[0]
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_no_true_difference_rarely_replicates_even_when_each_side_picks_its_lr():
     """Null: a and b have the same curve; each side's lr is chosen on val. A one-sided test at 5% (the 90%
     interval's lower end above 0) must not say "replicates" more often than about 5%."""

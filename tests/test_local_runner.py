@@ -138,6 +138,7 @@ def test_a_resumed_seeded_search_does_not_replay_its_first_draws(tmp_path, sampl
     assert [(x["model.branches"], x["train.lr"]) for x in sorted(rows(d2), key=lambda x: int(x["trial"]))] == got
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_sigkill_and_rerun_loses_and_duplicates_nothing(tmp_path):
     spec_path = tmp_path / "tiny.yaml"
     spec_path.write_text(TINY.replace("steps: 20", "steps: 400").replace("[1, 2]", "[1, 2, 3]"))

@@ -225,6 +225,7 @@ def test_coordinate_check_sp_grows_with_width_mup_stays_flat(tmp_path):
     assert init[("sp", "512")] / init[("sp", "32")] < 0.5
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_stam_is_mups_init_over_branches_but_not_its_adam_update():
     """STAM meets muP (benchmarks/bench_stam_mup.py, leaderboards/README.md): over the branch count C, STAM's
     1/sqrt(C) keeps the branch sum's RMS flat at init, as muP's hidden-layer rule does, but after Adam steps

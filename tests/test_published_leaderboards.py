@@ -405,6 +405,7 @@ def test_the_sizes_block_is_over_the_tables_size_key():
 
     sys.path.insert(0, str(BOARDS))
     import figures
+
     from nas_stab.config import load_spec
 
     checked = 0

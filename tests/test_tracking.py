@@ -93,6 +93,7 @@ def _installed(*names: str) -> bool:
 # ---------------------------------------------------------------- MLflow
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_mlflow_one_run_per_run_with_params_curves_final_metrics_and_the_leaderboard(tmp_path):
     """Through the command line: `nas-stab run` twice (the second resumes, trains and logs nothing), then
     `nas-stab leaderboard` adds its files to the same leaderboard run."""

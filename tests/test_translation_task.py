@@ -72,6 +72,7 @@ def learned():
     return task, model, time.perf_counter() - t0
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_learns_synthetic_task_to_bleu_above_90(learned):
     """A 2+2-layer d=64 Transformer, 320 Adam steps (about 20-40 s on one shared core)."""
     task, model, _ = learned

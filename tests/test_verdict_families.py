@@ -233,6 +233,7 @@ def test_a_flat_top_whose_optimum_moves_says_no_yes_on_a_fine_grid():
     assert (r["yes"] <= 0.05).all(), _fmt(r)
 
 
+@pytest.mark.slow  # over 15 s: CI runs it in its slow stage (pytest -m slow)
 def test_error_rates_hold_under_adaptive_seeds():
     """Optional stopping: tables that start with 3 seeds per cell and grow where their verdict is open, up to 12
     (`seeds: {min: 3, max: 12}`, `analysis/more_seeds.py`), looked at after every batch: the false-yes and
