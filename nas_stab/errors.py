@@ -64,6 +64,31 @@ class Terminated(KeyboardInterrupt):
     records written so far stay; the same command resumes. Exit code 143 (128 + 15)."""
 
 
+_termination_requested = False
+
+
+def request_termination(signum: int | None = None, frame: object = None) -> None:
+    """The SIGTERM handler of `nas-stab run`: raises `Terminated` where the program is, and remembers the request.
+    Python drops an exception raised while it runs a garbage-collector callback (it prints "Exception ignored in"
+    and goes on), so a SIGTERM arriving then would be lost; `check_termination` raises it again at the driver's
+    next safe point (after the records of the runs that finished are written)."""
+    global _termination_requested
+    _termination_requested = True
+    raise Terminated()
+
+
+def check_termination() -> None:
+    """Raise `Terminated` if a SIGTERM was received (its raise may have been dropped: `request_termination`)."""
+    if _termination_requested:
+        raise Terminated()
+
+
+def clear_termination() -> None:
+    """Forget a handled SIGTERM (a new command in the same process starts without one)."""
+    global _termination_requested
+    _termination_requested = False
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C that a library caught itself (Ray Tune's own SIGINT handler ends `Tuner.fit` early
     without raising): re-raised by the runner so that the run ends as interrupted, like Ctrl-C

@@ -22,18 +22,25 @@ from nas_stab.cli.commands import (
     cmd_tensorboard,
     cmd_validate,
 )
-from nas_stab.errors import NasStabError, SpecErrors, Terminated
+from nas_stab.errors import NasStabError, SpecErrors, Terminated, clear_termination, request_termination
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise Terminated()
+def _quiet_dropped_sigterm(unraisable) -> None:
+    """sys.unraisablehook during `nas-stab run`: a SIGTERM raised inside a garbage-collector callback is dropped by
+    Python, which would print its traceback; the request is kept (errors.request_termination) and raised again
+    at the driver's next safe point, so say nothing here. Anything else goes to Python's own hook."""
+    if isinstance(unraisable.exc_value, Terminated):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is cmd_run:
-        signal.signal(signal.SIGTERM, _on_sigterm)  # like Ctrl-C: close what runs, keep what is written
+        clear_termination()
+        signal.signal(signal.SIGTERM, request_termination)  # like Ctrl-C: close what runs, keep what is written
+        sys.unraisablehook = _quiet_dropped_sigterm
         args.keep_frozen = argv is None  # the `nas-stab` process ends with this command (nas_stab/gcsetup.py)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, cast
 
 from nas_stab import gcsetup
 from nas_stab.config.mode import search_mode
+from nas_stab.errors import check_termination
 from nas_stab.search import plan, trial_states
 from nas_stab.search.plan import Job
 from nas_stab.search.progress import Progress
@@ -367,6 +368,7 @@ class Driver:
         as interrupted if anything stops it (Ctrl-C, an error)."""
         try:
             while True:
+                check_termination()  # a SIGTERM whose raise was dropped (errors.request_termination): every record is written
                 while executor.idle:
                     run = self.next_run()
                     if run is None or run is WAIT:
