@@ -202,7 +202,7 @@ def figure(spec: str, home: Path | None) -> str:
     for key, want in opts.items():
         if key not in df.columns:
             raise FigureError(f"{source} has no column {key!r}")
-        df = df[[_matches(c, want) for c in df[key]]]
+        df = df.loc[[_matches(c, want) for c in df[key]]] if len(df) else df  # (an empty list would select columns)
     if agg is not None and agg not in AGGS:
         raise FigureError(f"agg {agg!r} is not one of {', '.join(AGGS)}")
     if len(df) == 0 and agg != "count":

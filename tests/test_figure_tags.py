@@ -42,3 +42,5 @@ def test_a_tag_that_picks_no_row_or_several_is_an_error_with_file_and_line(home)
         figures.figure("board.csv nope", home)
     with pytest.raises(figures.FigureError, match="no file"):
         figures.figure("missing.csv best_lr", home)
+    with pytest.raises(figures.FigureError, match="selects no row"):  # a second filter on no rows left: still rows
+        figures.figure("board.csv best_lr label=nope size=64 worst_regret=0.5", home)
