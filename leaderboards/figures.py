@@ -34,6 +34,7 @@ that selects no row, or several without ``agg``, is an error naming its file and
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import shlex
@@ -182,6 +183,13 @@ def _matches(cell: object, want: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=64)
+def _read(path: Path, stamp: tuple[int, int]) -> pd.DataFrame:
+    """A CSV as text cells, read once per version of the file (`stamp`: its mtime and size): a page's tags
+    mostly share a few files."""
+    return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+
+
 def figure(spec: str, home: Path | None) -> str:
     """The text of one inline figure tag's value (see the module docstring), or FigureError."""
     words = shlex.split(spec)
@@ -196,7 +204,8 @@ def figure(spec: str, home: Path | None) -> str:
     if bad:
         raise FigureError(f"words without KEY=VALUE: {' '.join(bad)}")
     agg, fmt, mul = opts.pop("agg", None), opts.pop("fmt", ".3g"), float(opts.pop("mul", "1"))
-    df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+    st = path.stat()
+    df = _read(path, (st.st_mtime_ns, st.st_size))
     if column not in df.columns:
         raise FigureError(f"{source} has no column {column!r}")
     for key, want in opts.items():

@@ -101,8 +101,9 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
                                                     "its init (in a search, give the key only to those: a dimension with "
                                                     "when: {model.parametrization: mup})")
         return None
+    searched = set(getattr(getattr(spec, "space", None), "keys", ()) or ())
     if p == "umup":
-        return _check_umup(spec)
+        return _check_umup(spec, searched)
     if p in DEPTH_ALPHA and m.arch == "mlp":
         return ("model", "parametrization"), (f"{p} scales residual branches; the plain mlp has none "
                                               "(use mlp_resnet, or mup)")
@@ -118,7 +119,6 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
         return ("model", "parametrization"), f"{p} is implemented for {', '.join(SUPPORTED[p])}; not yet for {m.arch!r}"
     if m.norm == "path_bn":
         return ("model", "parametrization"), f"{p} is defined in weight space; norm: path_bn implies path space"
-    searched = set(getattr(getattr(spec, "space", None), "keys", ()) or ())
     wkey = width_key(m.arch)
     if f"model.{wkey}" in searched and m.base_width is None:
         return ("model", "base_width"), (f"model.{wkey} is searched: {p} needs a fixed base width "
@@ -139,7 +139,7 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
     return None
 
 
-def _check_umup(spec: Spec) -> tuple[tuple, str] | None:
+def _check_umup(spec: Spec, searched: set[str]) -> tuple[tuple, str] | None:
     """umup: u-muP's width rules, for Adam, on the mlp_resnet; its depth rules are not implemented."""
     m = spec.model
     if m.arch not in SUPPORTED["umup"]:
@@ -153,7 +153,6 @@ def _check_umup(spec: Spec) -> tuple[tuple, str] | None:
     if m.init not in ("kaiming", "fan_in"):
         return ("model", "init"), (f"umup sets every weight's init itself (unit weights times u-muP's multipliers): "
                                    f"init {m.init} would be overwritten; leave model.init at its default")
-    searched = set(getattr(getattr(spec, "space", None), "keys", ()) or ())
     if "model.depth" in searched or m.base_depth is not None:
         return ("model", "base_depth" if m.base_depth is not None else "depth"), (
             "umup implements u-muP's width rules only: its depth rules (residual_split / residual_add's tau and "
