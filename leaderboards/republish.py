@@ -40,6 +40,8 @@ sys.path.insert(0, str(ROOT))
 from nas_stab.results import formats as F  # noqa: E402
 from nas_stab.results import plots as P  # noqa: E402
 from nas_stab.results.leaderboard import PLOTS, atomic_write, load_analysis  # noqa: E402
+from nas_stab.results.reader import read_run  # noqa: E402
+from nas_stab.search.replay import upgrade  # noqa: E402
 
 _COMMIT: list[str] = []
 SOURCE = "source_run"  # a stored trials.csv of runs that share seeds names each row's run in this column
@@ -137,10 +139,14 @@ def experiment_data(src: Path) -> dict:
 
 
 def _write_run(rd: Path, data: dict, meta: dict, trials: pd.DataFrame) -> Path:
-    """A run directory the leaderboard code reads: spec.yaml (the experiment with `meta`) and trials.csv."""
+    """A run directory the leaderboard code reads: spec.yaml (the experiment with `meta`), trials.csv and, for a
+    search that decided as results came in (bracket, adaptive seeds), its decisions replayed from those records
+    (`nas_stab.search.replay`: a published table keeps its runs, not the search's decisions.jsonl)."""
     rd.mkdir()
     (rd / "spec.yaml").write_text(yaml.safe_dump({**data, "meta": meta}, sort_keys=False))
     trials.to_csv(rd / "trials.csv", index=False)
+    run = read_run(rd)
+    upgrade(rd, run.spec, run.trials.to_dict("records"))
     return rd
 
 

@@ -178,18 +178,26 @@ def test_bracket_inner_extends_with_every_seed_recorded():
     assert all(e.end == "bracketed" for e in ends)
     assert max(len(s) for s in seeds_by_cell(records).values()) > 3
     assert len(records) == len({r["key"] for r in records})
-    # the leaderboard's replay (on every record at once) matches every record on its sweeps' final lrs, further
-    # seeds included; a record off them is an lr an earlier stage tried with the first seeds, before further
-    # seeds moved that sweep's path (it still counts in the table's cells, with no bracket end of its own)
-    from nas_stab.results.bracket_ends import _replayed_ends
-    from nas_stab.search.sources.bracket import BracketSource
+    # what the search records (decisions.jsonl) names every record on its sweeps' final lrs, further seeds included; a
+    # record off them is an lr an earlier stage tried with the first seeds, before further seeds moved that sweep's
+    # path (it still counts in the table's cells, with no bracket end of its own)
+    from nas_stab.search.decisions import fold
+    from nas_stab.search.replay import replayed
 
-    got = _replayed_ends(BracketSource(spec), [dict(r) for r in records], "train.lr")
+    live = fold([{"event": "start", "records": 0}, *src.decisions(records)])
     final = {(e.params["model.width"], e.params["model.depth"], lr) for e in ends for lr in e.lrs}
-    for r, e in zip(records, got):
+    got = live.run_ends()
+    for r in records:
         on_path = (r["model.width"], r["model.depth"], r["train.lr"]) in final
-        assert e == ("bracketed" if on_path else ""), (r, e)
+        assert got.get(r["key"], "") == ("bracketed" if on_path else ""), r
         assert on_path or r["seed"] < 3
+    assert live.stage_todo(r["key"] for r in records) == 0  # the search is over
+    # the replay of an old run directory (records matched by values, the lrs as trials.csv keeps them) decides the same
+    kept = [{**r, "train.lr": float(f"{r['train.lr']:.6g}"), "key": f"{n:016x}"} for n, r in enumerate(records)]
+    facts, events = replayed(spec, kept)
+    again = fold([{"event": "start", "records": 0}, *events])
+    assert {f"{n:016x}": got[r["key"]] for n, r in enumerate(records) if r["key"] in got} == again.run_ends()
+    assert facts["source"] == "adaptive" and again.stage_todo(r["key"] for r in kept) == 0
 
 
 # ------------------------------------------------------------------ a real search (local runner)

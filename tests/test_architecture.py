@@ -178,6 +178,21 @@ def test_config_imports_nothing_above_it():
     assert set(graph.get("config", {})) <= {"errors", "textfmt", "registry", "metrics", "space"}
 
 
+def test_the_leaderboard_and_status_read_the_search_s_decisions_and_replay_no_job_source():
+    """results/ reads what the search recorded (decisions.jsonl); only `search.replay` runs a job source on
+    records (the one-time upgrade of an old run directory), and only the CLI and the search call it."""
+    graph = module_graph()
+    # (search/sources/transfer_objectives.py is no job source: what a transfer search's outer trial is scored by, which
+    # the Pareto table shows too)
+    sources = {f"nas_stab.search.sources.{m}" for m in ("bracket", "adaptive", "transfer", "grid", "registry")}
+    sources |= {"nas_stab.search.sources", "nas_stab.search.replay"}
+    found = [f"{a} -> {b} ({', '.join(sites)})" for a, targets in graph.items() for b, sites in targets.items()
+             if a.startswith("nas_stab.results") and b in sources]
+    assert not found, "results imports a job source:\n" + "\n".join(found)
+    users = {a for a, targets in graph.items() if "nas_stab.search.replay" in targets}
+    assert users and all(a.startswith(("nas_stab.cli", "nas_stab.search")) for a in users), users
+
+
 def test_checks_that_need_a_component_are_registered_by_it():
     from nas_stab.config import hooks
 

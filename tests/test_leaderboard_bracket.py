@@ -2,6 +2,7 @@
 format, and the written rule for pruned runs (docs/leaderboard.md, "Pruned runs")."""
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -14,10 +15,13 @@ sys.path.insert(0, str(Path(__file__).parent / "data"))
 from lb_fixtures import grid_rows, make_run, spec_dict
 
 from nas_stab.analysis.table import analyze
+from nas_stab.errors import RunError
 from nas_stab.results.leaderboard import build_leaderboard, load_analysis
 from nas_stab.results.plots import PRUNED_MARKER, transfer_figure
 from nas_stab.results.reader import read_run
 from nas_stab.results.tables import display_table
+from nas_stab.search.decisions import DECISIONS
+from nas_stab.search.replay import upgrade
 from nas_stab.search.sources.bracket import BracketSource
 
 LIMITS = (0.005, 0.08)
@@ -56,8 +60,40 @@ def bracket_run(tmp_path: Path) -> Path:
     return make_run(tmp_path, records, spec=sp, history=False)
 
 
-def test_bracket_ends_in_every_format_and_a_limit_is_never_yes(tmp_path):
+def upgraded(d: Path) -> Path:
+    """A run directory made without decisions.jsonl (as before searches recorded them), given them by the
+    replay (`nas-stab upgrade`): the records are matched to the search's jobs by their values."""
+    run = read_run(d)
+    (d / DECISIONS).unlink(missing_ok=True)
+    assert upgrade(d, run.spec, run.trials.to_dict("records"))
+    return d
+
+
+def drop_last_of(d: Path, agg: str, c: int) -> pd.DataFrame:
+    """trials.csv without the last run of the sweep (agg, c): the search stopped mid-round."""
+    t = pd.read_csv(d / "trials.csv", dtype={"key": str})
+    last = t[(t["model.aggregation"] == agg) & (t["model.branches"] == c)].index[-1]
+    t = t.drop(index=last)
+    t.to_csv(d / "trials.csv", index=False)
+    return t
+
+
+def test_a_run_without_decisions_names_the_upgrade_and_the_upgrade_replays_them(tmp_path):
     d = bracket_run(tmp_path)
+    with pytest.raises(RunError, match=r"decisions.jsonl: missing .*nas-stab upgrade"):
+        load_analysis([d], n_boot=0)
+    upgraded(d)
+    events = [json.loads(ln) for ln in (d / DECISIONS).read_text().splitlines()]
+    assert events[0]["event"] == "start" and events[0]["replayed"] and events[0]["sweeps"] == 4
+    sweeps = [e for e in events if e["event"] == "sweep"]
+    assert sorted(e["end"] for e in sweeps) == ["bracketed", "divergence wall", "limit", "limit"]
+    t = pd.read_csv(d / "trials.csv", dtype={"key": str})
+    assert sorted(k for e in sweeps for k in e["runs"]) == sorted(t["key"])  # every record in one ended sweep
+    assert not upgrade(d, read_run(d).spec, t.to_dict("records"))  # once
+
+
+def test_bracket_ends_in_every_format_and_a_limit_is_never_yes(tmp_path):
+    d = upgraded(bracket_run(tmp_path))
     a, _, _ = load_analysis([d], n_boot=200)
     sz = a.sizes.set_index(["label", "size"])
     assert sz.loc[("stam", 1), "bracket_end"] == "limit" and sz.loc[("stam", 4), "bracket_end"] == "limit"
@@ -90,10 +126,8 @@ def test_bracket_ends_in_every_format_and_a_limit_is_never_yes(tmp_path):
 
 def test_an_unfinished_sweep_is_marked_and_a_grid_run_has_no_marks(tmp_path):
     d = bracket_run(tmp_path)
-    t = pd.read_csv(d / "trials.csv")
-    last = t[(t["model.aggregation"] == "sum") & (t["model.branches"] == 1)].index[-1]
-    t.drop(index=last).to_csv(d / "trials.csv", index=False)  # the search stopped mid-round
-    a, _, _ = load_analysis([d], n_boot=0)
+    drop_last_of(d, "sum", 1)
+    a, _, _ = load_analysis([upgraded(d)], n_boot=0)
     assert a.sizes.set_index(["label", "size"]).loc[("sum", 1), "bracket_end"] == "unfinished"
     headers, text, _ = display_table(a)
     assert any("1:" in t[headers.index("best_lr(s)")] and "(unfinished)" in t[headers.index("best_lr(s)")] for t in text)
@@ -182,13 +216,14 @@ def test_status_of_a_bracket_run_counts_the_sweeps_not_ended(tmp_path):
     from nas_stab.results.status import status_text
 
     d = bracket_run(tmp_path)
-    text = status_text(d)
+    text = status_text(d)  # no decisions yet: the count is unknown, and the line says how to get it
+    assert "bracket: ? learning-rate sweep(s) not ended yet" in text and "nas-stab upgrade" in text
+    text = status_text(upgraded(d))
     assert "bracket: 0 learning-rate sweep(s) not ended yet" in text and "not ended:" not in text
-    t = pd.read_csv(d / "trials.csv")
-    last = t[(t["model.aggregation"] == "sum") & (t["model.branches"] == 1)].index[-1]
-    t.drop(index=last).to_csv(d / "trials.csv", index=False)  # the search stopped mid-round
-    text = status_text(d)
+    t = pd.read_csv(d / "trials.csv", dtype={"key": str})
+    drop_last_of(d, "sum", 1)
+    text = status_text(upgraded(d))
     assert "bracket: 1 learning-rate sweep(s) not ended yet" in text
     assert "1 sweep(s) not ended: rerun `nas-stab run`" in text
     t[t["model.aggregation"] == "sum"].to_csv(d / "trials.csv", index=False)  # stam's sweeps never started
-    assert "bracket: 2 learning-rate sweep(s) not ended yet" in status_text(d)  # sum's are both ended
+    assert "bracket: 2 learning-rate sweep(s) not ended yet" in status_text(upgraded(d))  # sum's are both ended

@@ -50,6 +50,7 @@ class Stopping:
 
         self.src, self.stop_after = TransferSource(spec, storage=storage), stop_after
         self.total, self.suggest = self.src.total, self.src.suggest  # its own suggest (inner: bracket's lr distribution)
+        self.decision_facts, self.decisions = self.src.decision_facts, self.src.decisions  # what it decided, recorded
 
     def pending(self, records, running):
         if self.stop_after is not None and len(records) >= self.stop_after:
@@ -331,12 +332,23 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
     # how each (architecture, size) sweep ended: the table's replay (matching trials.csv rows by their values)
     # is the search's own (its runs' keys, the outer study's exact values)
     from nas_stab.analysis.values import fmt_value
-    from nas_stab.results.bracket_ends import BRACKET_END_TEXT
+    from nas_stab.search.decisions import END_TEXT as BRACKET_END_TEXT
 
     # (a sampled continuous value labels its row with the key's name: "aggregation_exponent=0.417022")
     decided = {("aggregation_exponent=" + fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]
                for t in trials for e in _sweeps_of(spec, t).report(got)}
     assert a.sizes.set_index(["label", "size"])["bracket_end"].to_dict() == decided and "" not in decided.values()
+    # the same ends replayed from trials.csv alone, as for a run directory made before decisions were recorded
+    from nas_stab.search.decisions import DECISIONS, read_decisions
+    from nas_stab.search.replay import upgrade
+
+    recorded = read_decisions(d)
+    assert recorded is not None and recorded.complete and len(recorded.outers) == 3
+    (d / DECISIONS).rename(d / "recorded.jsonl")
+    assert upgrade(d, read_run(d).spec, read_run(d).trials.to_dict("records"))
+    again = load_analysis([d])[0].sizes.set_index(["label", "size"])["bracket_end"].to_dict()
+    assert again == decided and read_decisions(d).outers == recorded.outers  # (the outer study's scores)
+    (d / "recorded.jsonl").replace(d / DECISIONS)
     # the run's study (inner runs): the sweep pruner groups trials exactly by (outer trial, size)
     study = optuna.load_study(study_name="tiny", storage=make_storage(f"sqlite:///{d / 'study.db'}"))
     assert read_run(d).spec.search.pruner.name == "sweep"
@@ -402,7 +414,20 @@ def _ends_run(tmp_path):
         r["key"] = f"{n:016x}"
     data = yaml.safe_load(ENDS_SPEC)
     data["meta"] = spec_dict()["meta"]
-    return make_run(tmp_path, records, spec=data, history=False), decided
+    return _upgraded(make_run(tmp_path, records, spec=data, history=False)), decided
+
+
+def _upgraded(d):
+    """The run directory given its decisions replayed from trials.csv (`nas-stab upgrade`), as one made before
+    searches recorded them."""
+    from nas_stab.results.reader import read_run
+    from nas_stab.search.decisions import DECISIONS
+    from nas_stab.search.replay import upgrade
+
+    (d / DECISIONS).unlink(missing_ok=True)
+    run = read_run(d)
+    assert upgrade(d, run.spec, run.trials.to_dict("records"))
+    return d
 
 
 def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
@@ -432,7 +457,7 @@ def test_an_inner_bracket_transfer_search_marks_how_each_sweep_ended(tmp_path):
     t = pd.read_csv(d / "trials.csv")
     last = t[(t["outer_trial"] == 1) & (t["model.branches"] == 4)].index[-1]
     t.drop(index=last).to_csv(d / "trials.csv", index=False)
-    a, _, _ = load_analysis([d], n_boot=0)
+    a, _, _ = load_analysis([_upgraded(d)], n_boot=0)
     sz = a.sizes.set_index(["label", "size"])["bracket_end"].to_dict()
     assert sz == {("aggregation_exponent=0.25", 1): "bracketed", ("aggregation_exponent=0.25", 4): "limit",
                   ("aggregation_exponent=0.75", 1): "bracketed", ("aggregation_exponent=0.75", 4): "unfinished"}

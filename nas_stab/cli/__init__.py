@@ -20,6 +20,7 @@ from nas_stab.cli.commands import (
     cmd_schema,
     cmd_status,
     cmd_tensorboard,
+    cmd_upgrade,
     cmd_validate,
 )
 from nas_stab.errors import NasStabError, SpecErrors, Terminated, clear_termination, request_termination
@@ -133,6 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="trials by status, best so far, time used and left")
     st.add_argument("run_dir")
     st.set_defaults(func=cmd_status)
+
+    up = sub.add_parser("upgrade", help="give a run directory made by an earlier nas_stab what this one reads "
+                        "(the search's decisions, replayed from trials.csv)")
+    up.add_argument("run_dirs", nargs="+")
+    up.set_defaults(func=cmd_upgrade)
 
     ls = sub.add_parser("list", help="registered architectures, datasets, knobs, samplers and pruners")
     ls.set_defaults(func=cmd_list)

@@ -205,6 +205,8 @@ def cmd_leaderboard(args) -> int:
         raise SpecError(f"unknown metric {args.report!r} (or none)" + did_you_mean(args.report, metrics.REPORTS), key="--report")
     if args.tolerance is not None and not args.tolerance > 0:
         raise SpecError(f"must be > 0 octaves, got {args.tolerance}", key="--tolerance")
+    for d in args.run_dirs:
+        upgrade_decisions(Path(d))
     paths = build_leaderboard([Path(d) for d in args.run_dirs], formats=formats, out_dir=Path(args.out) if args.out else None,
                               overrides=overrides)
     for kind, p in paths.items():
@@ -218,10 +220,51 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def upgrade_decisions(run_dir: Path, *, quiet: bool = False) -> bool:
+    """A run directory made before searches recorded their decisions gets them, replayed from its trials.csv
+    (`search/replay.py`), once, under its lock; whether it wrote them. A run that needs none, has them, is in
+    use by a driver or cannot be written is left as it is (the command reading it then says what to do)."""
+    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
+    from nas_stab.search.decisions import DECISIONS, needs_decisions, read_decisions
+
+    try:
+        run = read_run(run_dir)
+        if not needs_decisions(run.spec):
+            return False
+        have = read_decisions(run.path)
+    except (RunError, OSError, ValueError):
+        return False  # the command reading the run says what is wrong with it
+    if have is not None and have.complete:
+        return False
+    try:
+        from nas_stab.search.replay import upgrade  # deferred: loads Optuna, pandas only when this runs
+
+        with RunDir.lock(run.path):
+            records = run.trials.to_dict("records") if (run.path / "trials.csv").is_file() else []
+            done = upgrade(run.path, run.spec, records)
+    except (RunError, OSError, ValueError) as e:
+        if not quiet:
+            print(f"warning: {run_dir}: decisions not replayed ({e})", file=sys.stderr)
+        return False
+    if done and not quiet:
+        print(f"{run.path / DECISIONS}: the search's decisions replayed from trials.csv (once: a run directory "
+              "made before nas_stab recorded them)", file=sys.stderr)
+    return done
+
+
+def cmd_upgrade(args) -> int:
+    for d in args.run_dirs:
+        read_run(Path(d))  # not a run directory: an error naming the file
+        if not upgrade_decisions(Path(d)):
+            print(f"{d}: nothing to upgrade")
+    return 0
+
+
 def cmd_claims(args) -> int:
     from nas_stab.results.atomic import atomic_write  # deferred: keeps --help fast
     from nas_stab.results.claims_table import claims_csv, judge_run  # deferred: loads pandas, SciPy only when this runs
 
+    upgrade_decisions(Path(args.run_dir))
     df = judge_run(Path(args.run_dir), args.claims)
     out = Path(args.out) if args.out else Path(args.run_dir) / "claims.csv"
     atomic_write(out, claims_csv(df))
@@ -263,6 +306,7 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
 def cmd_status(args) -> int:
     from nas_stab.results.status import status_text  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
+    upgrade_decisions(Path(args.run_dir))
     print(status_text(Path(args.run_dir)))
     return 0
 

@@ -95,7 +95,8 @@ class Run:
         if not tpath.is_file():
             raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
         try:
-            trials = unescape_frame(pd.read_csv(tpath))  # values as the run wrote them (csvsafe.py)
+            # values as the run wrote them (csvsafe.py); a key or run id is text even when its characters are digits
+            trials = unescape_frame(pd.read_csv(tpath, dtype={"key": str, "run_id": str}))
         except pd.errors.EmptyDataError:
             raise RunError(f"{tpath}: empty file; no trial has been recorded") from None
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:

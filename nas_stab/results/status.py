@@ -9,13 +9,11 @@ from pathlib import Path
 from nas_stab import metrics
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
-from nas_stab.results.bracket_ends import with_bracket_ends
-from nas_stab.results.reader import read_run
-from nas_stab.search.optuna_study import make_storage
+from nas_stab.errors import RunError
+from nas_stab.results.bracket_ends import run_decisions
+from nas_stab.results.reader import Run, read_run
+from nas_stab.search.decisions import Decisions
 from nas_stab.search.plan import base_lookup
-from nas_stab.search.sources.adaptive import todo_from_table
-from nas_stab.search.sources.bracket import BracketSource
-from nas_stab.search.sources.transfer import inner_points, study_name
 
 
 def status_text(run_dir: Path) -> str:
@@ -41,27 +39,33 @@ def status_text(run_dir: Path) -> str:
         planned = None
     elif mode.transfer:  # outer trials x sizes x lrs x seeds
         assert trials is not None, "a transfer search has search.trials"
-        planned = trials * len(inner_points(spec)) * len(spec.seeds)
+        lb = spec.leaderboard
+        inner = len(spec.space.values_of(spec.space.get(lb.transfer))) * len(spec.space.values_of(spec.space.get(lb.lr)))
+        planned = trials * inner * len(spec.seeds)
     elif mode.kind == "grid":
         planned = (len(spec.space.grid(base_lookup(spec))) if spec.space.dims else 1) * len(spec.seeds)
     else:
         assert trials is not None, "a sampled search has search.trials"
         planned = trials * len(spec.seeds)
     done = len(rows)
+    decided, why = _decisions(run, rows) if (mode.inner_bracket or mode.adaptive or planned is None) else (None, "")
     if mode.inner_bracket:
-        scored = _scored_outer_trials(run_dir, spec)
+        scored = len(decided.outers) if decided is not None else None
         assert trials is not None, "a transfer search has search.trials"
         open_sweeps = trials - scored if scored is not None else 0  # outer trials not scored yet
         lines = [f"{spec.name}: {done} runs finished; transfer search with bracket inside: "
                  f"{'?' if scored is None else scored} of {spec.search.trials} outer trials scored"]
     elif mode.adaptive:
-        open_sweeps = _adaptive_todo(run)
+        todo = decided.stage_todo(str(r.get("key")) for r in rows) if decided is not None else None
+        open_sweeps = todo or 0
         lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
-                 + (f"{open_sweeps} run(s) of the current batch to train" if open_sweeps else "every verdict decided or "
-                    "out of seeds")]
+                 + ("? runs of the current batch to train" if todo is None else
+                    f"{todo} run(s) of the current batch to train" if todo else "every verdict decided or out of seeds")]
     elif planned is None:
-        open_sweeps = _open_sweeps(run)
-        lines = [f"{spec.name}: {done} runs finished; bracket: {open_sweeps} learning-rate sweep(s) not ended yet"]
+        left_open = decided.open_sweeps() if decided is not None else None
+        open_sweeps = left_open or 0
+        lines = [f"{spec.name}: {done} runs finished; bracket: {'?' if left_open is None else left_open} "
+                 "learning-rate sweep(s) not ended yet"]
     else:
         lines = [f"{spec.name}: {done}/{planned} runs finished"]
     lines.append("  " + "  ".join(f"{k} {v}" for k, v in counts.items()))
@@ -88,6 +92,8 @@ def status_text(run_dir: Path) -> str:
         else:
             rest = f"; {planned - done} runs not trained yet: rerun `nas-stab run` with the same file to finish" if planned > done else ""
         lines.append(f"  not running (no driver holds the run directory); time used {used:.1f} s{rest}")
+    if why:
+        lines.append(f"  {why}")
     lines += [f"  watch: {c}" for c in watch_commands(spec, run_dir)]
     return "\n".join(lines)
 
@@ -105,42 +111,14 @@ def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
     return out
 
 
-def _scored_outer_trials(run_dir: Path, spec: Spec) -> int | None:
-    """A transfer search's outer trials told a value or failed (its study, `<name>/transfer`); None if unreadable."""
+def _decisions(run: Run, rows: list[dict[str, str]]) -> tuple[Decisions | None, str]:
+    """The search's recorded decisions (`search/decisions.py`), or None and why not."""
+    if not rows and not (run.path / "decisions.jsonl").is_file():
+        return None, ""  # nothing run yet
     try:
-        import optuna  # deferred: loads Optuna only when this runs
-
-        db = Path(run_dir).resolve() / "study.db"
-        if spec.search.storage is None and not db.is_file():
-            return None  # (not created by a status query)
-        url = spec.search.storage or f"sqlite:///{db}"
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.load_study(study_name=study_name(spec), storage=make_storage(url))
-        return sum(t.state.name in ("COMPLETE", "FAIL") and t.user_attrs.get("status") != "interrupted"
-                   for t in study.get_trials(deepcopy=False))
-    except Exception:
-        return None
-
-
-def _adaptive_todo(run) -> int:
-    """Adaptive seeds: the runs of the current stage (the inner search's, or a batch of seeds) not recorded, replayed
-    from the records as the search replays them (0: the search is over)."""
-    records = run.trials.to_dict("records") if run.trials is not None else []
-    return len(todo_from_table(run.spec, records) or [])
-
-
-def _open_sweeps(run) -> int:
-    """The bracket sweeps (configurations of the keys other than the learning rate) that have not ended,
-    replayed from the records as the leaderboard does (`bracket_ends.with_bracket_ends`)."""
-    total = len(BracketSource(run.spec).sweeps)
-    trials = run.trials
-    if trials is None or len(trials) == 0:
-        return total
-    ends = with_bracket_ends(run, trials, run.spec.leaderboard.lr)
-    ended = ends[~ends["bracket_end"].isin(["unfinished", ""])]
-    rest = [k for k in run.spec.space.keys if k != run.spec.leaderboard.lr]
-    n_ended = ended[rest].astype(str).drop_duplicates().shape[0] if rest else int(len(ended) > 0)
-    return total - n_ended
+        return run_decisions(run), ""
+    except RunError as e:
+        return None, str(e)
 
 
 def driver_alive(run_dir: Path) -> bool:

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from nas_stab import gcsetup
 from nas_stab.config.mode import search_mode
 from nas_stab.errors import check_termination
 from nas_stab.search import plan, trial_states
+from nas_stab.search.decisions import DECISIONS, DecisionLog
 from nas_stab.search.plan import Job
 from nas_stab.search.progress import Progress
 from nas_stab.search.protocols import Executor, JobSource
@@ -141,6 +143,7 @@ class Driver:
         elif source is None and mode.job_source:
             source = JOB_SOURCES.get(mode.job_source)(spec, trials)
         self.source = source
+        self.decision_log = self._open_decisions(source, len(rows))
         if source is not None:
             total = getattr(source, "total", None)
             todo = len(self._fresh(source.pending(list(rows.values()), ())) or [])
@@ -162,6 +165,26 @@ class Driver:
         self._expect()
         if rows:
             self.progress.note(f"resuming {rd.path}: {note}")
+
+    def _open_decisions(self, source: JobSource | None, n_records: int) -> DecisionLog | None:
+        """A job source that decides as results come in records its decisions (`search/decisions.py`): a start
+        event, then its state now (a crash between a trial's records and its decisions is healed here)."""
+        facts = getattr(source, "decision_facts", None)
+        if source is None or facts is None:
+            return None
+        log = DecisionLog(Path(self.rd.path) / DECISIONS)
+        log.start(records=n_records, **facts)
+        self._record_decisions(log)
+        return log
+
+    def _record_decisions(self, log: DecisionLog | None = None) -> None:
+        log = log or self.decision_log
+        if log is None:
+            return
+        try:
+            log.update(self.source.decisions(list(self.records.rows.values())))
+        except OSError as e:  # a full disk: the records are written; the next trial's update writes these too
+            self.rd.log(f"decisions.jsonl not written ({e}); the next update writes them")
 
     # ------------------------------------------------------------------ asking
 
@@ -290,6 +313,7 @@ class Driver:
         trial_states.tell(self.study, trial.ot, plan.trial_status(results), plan.run_value(spec, results),
                           "; ".join(r.error for r in results if r.error))
         self._closed(trial)
+        self._record_decisions()
         self._expect()
         for row in rows:
             self.rd.log(self.progress.update(row))
@@ -352,6 +376,7 @@ class Driver:
         for another driver; counts by status."""
         try:
             self.progress.close()
+            self._record_decisions()  # what the source decided after the last trial (a transfer search's last scores)
             return self.records.close()
         finally:
             self._release_study()

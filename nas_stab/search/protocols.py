@@ -48,6 +48,10 @@ class JobSource(Protocol):
     - ``total: int | None``: the runs it yields in all, when known (the progress display);
     - ``expected(records: Sequence[dict]) -> tuple[int, str, str] | None``: when `total` is not
       known, the runs expected in all, and notes on the estimate, for the display;
+    - ``decision_facts: dict`` and ``decisions(records: Sequence[dict]) -> list[dict]``: a source
+      that decides as results come in says what it decided (its state as events,
+      `search/decisions.py`); the driver appends what changed to the run directory's
+      ``decisions.jsonl`` after each trial, for the leaderboard and `nas-stab status`;
     - ``suggest(trial: optuna.Trial, base: Callable[[str], Any]) -> None``: record an enqueued
       job's values in its Optuna trial, when they may lie outside the space's grid (else
       `Space.suggest(trial, base, grid=True)` records them).

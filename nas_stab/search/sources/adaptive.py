@@ -18,15 +18,14 @@ seeds, `run_id` t<trial>-s<seed>).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import pandas as pd
 
 from nas_stab.analysis import more_seeds
 from nas_stab.analysis.settings import settings as analysis_settings
 from nas_stab.analysis.table import analyze
-from nas_stab.analysis.values import fmt_value
 from nas_stab.config import config_key
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
@@ -85,18 +84,38 @@ class AdaptiveSeeds:
 
     def replay(self, recs: dict) -> list[Job] | None:
         """The runs of the current stage not yet recorded ([] never: a stage with none is over), or None: done."""
+        got = self.stage(recs)
+        return None if got is None else [j for j in got[1] if j.key not in recs]
+
+    def stage(self, recs: dict) -> tuple[int, list[Job]] | None:
+        """The current stage (its number: 0 for the inner search's runs, counting each of its rounds, then one
+        per batch of seeds) and every run of it, recorded or not; None: the search is over."""
         known: dict[str, dict] = {}
-        for _ in range(_MAX_STAGES):
+        for n in range(_MAX_STAGES):
             todo = self._stage0(known)
             if todo is None:
                 todo = self._batch(known)
                 if not todo:
                     return None
-            missing = [j for j in todo if j.key not in recs]
-            if missing:
-                return missing
+            if any(j.key not in recs for j in todo):
+                return n, todo
             known.update((j.key, recs[j.key]) for j in todo)
         raise RuntimeError("adaptive seeds: the replay did not end")  # every stage adds runs, so it cannot happen
+
+    @property
+    def decision_facts(self) -> dict[str, Any]:
+        """The start event's facts (`search/decisions.py`): its decisions are a function of every record."""
+        sweeps = len(self.inner.sweeps) if self.mode.kind == "bracket" else None
+        return {"source": "adaptive", "sweeps": sweeps, "complete": True}
+
+    def decisions(self, records: Sequence[dict]) -> list[dict[str, Any]]:
+        """The current stage as a ``stage`` event (``runs: []``: over) and, around a bracket search, each sweep's
+        state (`search/decisions.py`)."""
+        recs = {str(r.get("key")): r for r in records}
+        got = self.stage(recs)
+        out = self.inner.decisions(records) if self.mode.kind == "bracket" else []
+        out.append({"event": "stage", "stage": got[0] if got else None, "runs": sorted(j.key for j in got[1]) if got else []})
+        return out
 
     def _grid_stage(self, known: dict) -> list[Job] | None:
         todo = [j for j in self._grid if j.key not in known]
@@ -168,36 +187,3 @@ def _analysis(spec: Spec, rows: list[dict]):
             num = pd.to_numeric(df[c].replace("", None), errors="coerce")
             df[c] = num if num.notna().all() or c in (cfg["lr"], cfg["metric"]) else df[c]
     return analyze(df, n_boot=1000, **cfg)
-
-
-def todo_from_table(spec: Spec, records: Sequence[dict]) -> list[Job] | None:
-    """The runs of the current stage not yet recorded (None: the search is over), for a search read back from its
-    trials.csv with the run directory's stored spec (`nas-stab status`). Its configurations' keys need not be the
-    search's (the stored spec reads 1.0 back as 1, trials.csv keeps lrs to 6 digits), so every record is matched
-    to the job of the same values and seed (an lr within 1e-4 octave), stage by stage, as the leaderboard matches
-    a bracket's records (`results.bracket_ends._replayed_ends`)."""
-    lr_key = spec.leaderboard.lr
-    src = AdaptiveSeeds(spec)
-    recs = [{**r, "key": f"unmatched-{i}"} for i, r in enumerate(records)]
-    todo = None
-    for _ in range(_MAX_STAGES):
-        todo = src.pending(recs, ())
-        by: dict[tuple, list[tuple[float, Job]]] = {}
-        for j in src._index.values():
-            rest = tuple(sorted((k, fmt_value(v)) for k, v in j.params.items() if k != lr_key))
-            by.setdefault((str(j.seed), rest), []).append((math.log2(float(j.params[lr_key])), j))
-        grew = False
-        for r in recs:
-            if not r["key"].startswith("unmatched-"):
-                continue
-            rest = tuple(sorted((k, fmt_value(r.get(k))) for k in spec.space.keys if k != lr_key and k in r))
-            try:
-                x = math.log2(float(r.get(lr_key, "")))
-            except (TypeError, ValueError):
-                continue
-            hit = next((j for xj, j in by.get((str(r.get("seed")), rest), ()) if abs(xj - x) < 1e-4), None)
-            if hit is not None:
-                r["key"], grew = hit.key, True
-        if not grew:
-            return todo
-    return todo

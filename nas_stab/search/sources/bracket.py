@@ -60,6 +60,7 @@ from nas_stab.analysis.settings import dataset_classes
 from nas_stab.analysis.table import analyze
 from nas_stab.config import config_key
 from nas_stab.config.schema import Spec
+from nas_stab.search.decisions import sweep_event
 from nas_stab.search.plan import Job, base_lookup, try_resolve
 from nas_stab.search.sources.registry import JOB_SOURCES
 
@@ -189,6 +190,23 @@ class BracketSource:
         """One SweepEnd per sweep, in the order of `space:`."""
         recs = {str(r.get("key")): r for r in records}
         return [self.replay(i, recs)[1] for i in range(len(self.sweeps))]
+
+    @property
+    def decision_facts(self) -> dict[str, Any]:
+        """The start event's facts (`search/decisions.py`): its decisions are a function of every record."""
+        return {"source": "bracket", "sweeps": len(self.sweeps), "complete": True}
+
+    def decisions(self, records: Sequence[dict]) -> list[dict[str, Any]]:
+        """Each sweep's state as a ``sweep`` event (`search/decisions.py`); an ended sweep with the keys of its
+        recorded runs (every seed's, further seeds of adaptive seeds included where recorded)."""
+        recs = {str(r.get("key")): r for r in records}
+        out = []
+        for i, end in enumerate(self.report(records)):
+            runs = None
+            if end.end != "running":
+                runs = [j.key for k, lr in enumerate(end.lrs) for j in self.all_jobs(i, lr, k) if j.key in recs]
+            out.append(sweep_event(self.outer, i, end.params, end.end, end.lrs, end.best_lr, end.rounds, runs))
+        return out
 
     def expected(self, records: Sequence[dict]) -> tuple[int, str, str]:
         """(runs expected in all, "~", why), for the progress display: an ended sweep's runs, and for a

@@ -165,6 +165,7 @@ class TransferSource:
         self.active: dict[int, dict] = {}  # outer trial number -> its architecture values
         self._trials: dict[int, optuna.Trial] = {}  # outer number -> optuna Trial, for those asked by this process
         self._jobs: dict[int, list[Job]] = {}
+        self._events: list[dict[str, Any]] = []  # what this source decided of the outer trials it scored (`decisions`)
         done = 0
         for t in self.study.get_trials(deepcopy=False):
             if t.state == TrialState.RUNNING:
@@ -205,6 +206,22 @@ class TransferSource:
             out += self._open_jobs(n, recs, running)
         if not out and not self.active:
             return None
+        return out
+
+    @property
+    def decision_facts(self) -> dict[str, Any]:
+        """The start event's facts (`search/decisions.py`): the sweeps of each outer trial (one per size), the
+        outer trials planned. Its decisions cover the outer trials scored by this process and the open ones, so
+        a run directory's are complete only when its first driver started it."""
+        return {"source": "transfer", "sweeps": len(self.sizes) if self.bracket else None, "outer_planned": self.target}
+
+    def decisions(self, records: Sequence[dict]) -> list[dict[str, Any]]:
+        """The outer trials this source scored (``outer`` events) and, with inner: bracket, the last state of the
+        sweeps of those and the state of every sweep of the open ones (`search/decisions.py`)."""
+        out = list(self._events)
+        if self.bracket:
+            for n in sorted(self.active):
+                out += self.bracket_source(n).decisions(records)
         return out
 
     def suggest(self, trial, base) -> dict:
@@ -261,6 +278,7 @@ class TransferSource:
                 todo += missing
                 done += src.sweep_jobs(i, end) if not missing else []
             if not todo:
+                self._events += src.decisions(list(recs.values()))
                 self._finish(n, [recs[j.key] for j in done])
                 self._brackets.pop(n, None)
                 return []
@@ -299,6 +317,7 @@ class TransferSource:
         except Exception as e:  # a bug or an unusable table must not stop the search: the trial fails, with why
             values, attrs, why = None, {}, f"{type(e).__name__}: {e}"
         attrs["status"] = "complete" if values is not None else "failed"
+        self._events.append({"event": "outer", "outer": n, "status": attrs["status"]})
         if why:
             attrs["error"] = why[:2000]
         self._tell_number(n, values, attrs)
