@@ -51,8 +51,8 @@ def make_run_dir(root: Path, n: int, seed: int = 0) -> Path:
     """A run directory with `n` synthetic runs, written as the runner writes it."""
     from nas_stab.config import loads_spec
     from nas_stab.metrics import STABILITY_METRICS, TASK_METRICS
-    from nas_stab.results.rundir import RunDir, trials_csv
-    from nas_stab.results.rundir_meta import meta_for
+    from nas_stab.store.rundir import RunDir, trials_csv
+    from nas_stab.store.rundir_meta import meta_for
 
     spec = loads_spec(SPEC)
     d = root / spec.name

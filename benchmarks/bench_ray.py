@@ -71,7 +71,7 @@ class Clock:
 def timed_run(spec, runner) -> tuple[float, float]:
     """(total seconds, steady seconds per trial): steady = between the first and the last finished run,
     which leaves out the one-off start of the experiment (Ray: starting the trial worker processes)."""
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.store.rundir import RunDir
 
     out = Path(tempfile.mkdtemp(prefix="nas-bench-"))
     clock = Clock()
@@ -243,8 +243,8 @@ def data_load(args) -> None:
 
 def record_costs(n: int) -> None:
     """Figure 4: what the driver does per finished trial, before (rewrite every row) and now (append)."""
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search import plan
+    from nas_stab.store.rundir import RunDir
 
     spec = spec_for(n, 20, 1, "local")
     jobs = plan.grid_jobs(spec)

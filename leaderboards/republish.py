@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 from nas_stab.results import formats as F  # noqa: E402
 from nas_stab.results import plots as P  # noqa: E402
 from nas_stab.results.leaderboard import PLOTS, atomic_write, load_analysis  # noqa: E402
-from nas_stab.results.reader import read_run  # noqa: E402
 from nas_stab.search.replay import upgrade  # noqa: E402
+from nas_stab.store.reader import read_run  # noqa: E402
 
 _COMMIT: list[str] = []
 SOURCE = "source_run"  # a stored trials.csv of runs that share seeds names each row's run in this column
@@ -50,7 +50,7 @@ SOURCE = "source_run"  # a stored trials.csv of runs that share seeds names each
 def code_commit() -> str:
     """The commit of the code doing the rebuild, taken once, before this process writes anything (the
     files it rewrites would otherwise mark the later tables' commit '+dirty')."""
-    from nas_stab.results.rundir_meta import git_commit
+    from nas_stab.store.rundir_meta import git_commit
 
     if not _COMMIT:
         _COMMIT.append(git_commit())

@@ -87,6 +87,6 @@ def csv_cell(v: Any) -> Any:
 
 
 def cell_text(v: Any) -> str:
-    """The text trials.csv holds for the value `v` once read back (`results.reader.read_rows`): a row the driver
+    """The text trials.csv holds for the value `v` once read back (`store.reader.read_rows`): a row the driver
     has in memory and the same row read from the file give the same text (the trackers' fingerprints)."""
     return str(unescape_cell(csv_cell(v)))

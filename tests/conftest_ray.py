@@ -45,8 +45,8 @@ def rows(run_dir) -> list[dict]:
 def run_ray_text(text: str, out: Path, **kw):
     """Load `text`, run it with the Ray runner into `out`; (spec, run dir, counts)."""
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.ray.runner import run_ray
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:
@@ -64,8 +64,8 @@ def without_timing(rs):
 def run_local_text(text, out):
     """Load `text`, run it with the local runner into `out`; the run directory."""
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:

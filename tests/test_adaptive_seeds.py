@@ -181,8 +181,8 @@ def test_bracket_inner_extends_with_every_seed_recorded():
     # what the search records (decisions.jsonl) names every record on its sweeps' final lrs, further seeds included; a
     # record off them is an lr an earlier stage tried with the first seeds, before further seeds moved that sweep's
     # path (it still counts in the table's cells, with no bracket end of its own)
-    from nas_stab.search.decisions import fold
     from nas_stab.search.replay import replayed
+    from nas_stab.store.decisions import fold
 
     live = fold([{"event": "start", "records": 0}, *src.decisions(records)])
     final = {(e.params["model.width"], e.params["model.depth"], lr) for e in ends for lr in e.lrs}
@@ -222,8 +222,8 @@ logging: {tensorboard: false}
 
 def _local(text, out, trials=None):
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:

@@ -18,6 +18,7 @@ LAYERS = [
     ("analysis", "data", "models", "stability"),
     ("tasks",),
     ("training",),
+    ("store",),
     ("search",),
     ("results",),
     ("probe", "estimate"),

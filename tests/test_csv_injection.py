@@ -29,7 +29,7 @@ def test_escape_rule():
 
 
 def test_trials_csv_keeps_negative_numbers_numeric():
-    from nas_stab.results.rundir import trials_csv
+    from nas_stab.store.rundir import trials_csv
 
     rows = [{"trial": i, "seed": 0, "status": "complete", "objective": v, "key": f"k{i}", "final_top_hessian": h, "model.x": t}
             for i, (v, h, t) in enumerate([(-1.5, -2e-7, "=1+1"), (0.5, float("-inf"), "-relu"), (-3.0, -4.0, "@x")])]

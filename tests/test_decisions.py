@@ -1,4 +1,4 @@
-"""decisions.jsonl: what a search decided, recorded as it decides it (search/decisions.py), read by the leaderboard
+"""decisions.jsonl: what a search decided, recorded as it decides it (store/decisions.py), read by the leaderboard
 and `nas-stab status` instead of a replay; the replay (search/replay.py) only upgrades an old run directory."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from nas_stab.errors import RunError
-from nas_stab.search.decisions import DECISIONS, DecisionLog, fold, read_decisions, read_events, sweep_event
+from nas_stab.store.decisions import DECISIONS, DecisionLog, fold, read_decisions, read_events, sweep_event
 
 SPEC = """\
 name: dec
@@ -88,8 +88,8 @@ def test_the_adaptive_stage_counts_what_is_left():
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     out = tmp_path_factory.mktemp("dec")
     spec = loads_spec(SPEC)
@@ -136,8 +136,8 @@ def test_a_kill_between_the_records_and_the_decisions_is_healed_by_the_next_driv
     import shutil
 
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     shutil.copytree(searched, tmp_path / "dec")
     path = tmp_path / "dec" / DECISIONS

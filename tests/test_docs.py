@@ -5,8 +5,8 @@ import subprocess
 from conftest import ROOT, TINY
 
 from nas_stab.config import loads_spec
-from nas_stab.results.rundir import RunDir
 from nas_stab.search.local import run_local
+from nas_stab.store.rundir import RunDir
 
 
 def _documented(name: str, doc: str) -> bool:

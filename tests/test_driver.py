@@ -48,7 +48,7 @@ def expected(name: str) -> list[dict]:
 
 
 def without_wall(rs):
-    from nas_stab.results.rundir import TIMING_COLUMNS
+    from nas_stab.store.rundir import TIMING_COLUMNS
 
     return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rs]
 
@@ -144,8 +144,8 @@ def _lrs(d) -> list[float]:
 
 def _run_local(text, out, source, **kw):
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(text)
     with RunDir.open(out, spec) as rd:

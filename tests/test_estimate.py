@@ -186,8 +186,8 @@ def test_progress_shows_the_expected_total_and_time_left():
 
 
 def test_a_bracket_search_shows_its_expected_total(tmp_path):
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(TINY.replace("train.lr: [0.01, 0.05]", "train.lr: [0.01, 0.02, 0.04]").replace(
         "space:", "search: {sampler: bracket, bracket: {step_octaves: 1, resolution_octaves: 1, lr_limits: [0.0099, 0.0405]}}\n"

@@ -311,7 +311,7 @@ def test_tensorboard_removes_only_directories_it_wrote(tmp_path, capsys):
 
 
 def test_tensorboard_rebuild_takes_the_run_directory_lock(tmp_path, capsys):
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.store.rundir import RunDir
 
     code, err, out = _run(tmp_path, capsys, spec_text=NO_SPACE)
     assert code == 0, err
@@ -472,7 +472,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_trial_running(small_disk, tmp_pat
     traceback first)."""
     import optuna
 
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.results.views import TensorBoardView
     from nas_stab.search.records import Records
 
     disk, fill = small_disk
@@ -480,8 +480,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_trial_running(small_disk, tmp_pat
         real = Records.save
         monkeypatch.setattr(Records, "save", lambda self, *a: (fill(), real(self, *a))[1])
     else:
-        real = RunDir._tensorboard
-        monkeypatch.setattr(RunDir, "_tensorboard", lambda self, *a: (fill(), real(self, *a))[1])
+        real = TensorBoardView.runs
+        monkeypatch.setattr(TensorBoardView, "runs", lambda self, *a: (fill(), real(self, *a))[1])
     code, err, out = _run(tmp_path, capsys, out=disk / "out")
     assert code == 2 and "Traceback" not in err, err
     _one_line(err)
@@ -544,7 +544,7 @@ def test_leaderboard_removes_temporary_files_a_killed_leaderboard_left(tmp_path,
     capsys.readouterr()
     assert not any(p.exists() for p in stale) and live.exists() and other.exists()
     # atomic writes name their process, so the next leaderboard can tell
-    from nas_stab.results import atomic
+    from nas_stab.store import atomic
 
     assert atomic._TMP.fullmatch(f".leaderboard.md.{os.getpid()}.abc_1234.tmp")
 

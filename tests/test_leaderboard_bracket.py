@@ -18,11 +18,11 @@ from nas_stab.analysis.table import analyze
 from nas_stab.errors import RunError
 from nas_stab.results.leaderboard import build_leaderboard, load_analysis
 from nas_stab.results.plots import PRUNED_MARKER, transfer_figure
-from nas_stab.results.reader import read_run
 from nas_stab.results.tables import display_table
-from nas_stab.search.decisions import DECISIONS
 from nas_stab.search.replay import upgrade
 from nas_stab.search.sources.bracket import BracketSource
+from nas_stab.store.decisions import DECISIONS
+from nas_stab.store.reader import read_run
 
 LIMITS = (0.005, 0.08)
 # (aggregation, branches) -> (optimum lr, divergence wall): stam's optima lie far above the upper limit

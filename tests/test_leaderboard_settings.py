@@ -114,7 +114,7 @@ def test_run_dir_made_before_this_change_still_opens(tmp_path):
     algorithm. Reopening it with the same experiment (now validated with the new rules) resumes it."""
     from nas_stab.config import loads_spec
     from nas_stab.results.leaderboard import build_leaderboard
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(SPEC)
     run = tmp_path / "runs" / "lbset"
@@ -151,7 +151,7 @@ def test_status_opens_a_run_made_before_the_lr_rule(tmp_path):
     """A run directory whose stored spec searches 2 lrs with a transfer axis (valid before the >= 3 lrs
     rule) still opens for `status` and `leaderboard`; only a new run of such a file is refused."""
     from nas_stab.config import load_run_spec, loads_spec
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.store.rundir import RunDir
 
     old = SPEC.replace("[0.01, 0.03, 0.1]", "[0.01, 0.03]")
     spec = loads_spec(SPEC)

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 from nas_stab.config import loads_spec
 from nas_stab.errors import RunError
 from nas_stab.metrics import TASK_METRICS, stability_metrics
-from nas_stab.results.rundir import RunDir
 from nas_stab.search.local import run_local
+from nas_stab.store.rundir import RunDir
 
 
 def rows(run_dir):

@@ -5,9 +5,9 @@ import optuna
 import optuna.distributions as od
 
 from nas_stab.config import loads_spec
-from nas_stab.results.rundir import RunDir
 from nas_stab.search.local import run_local
 from nas_stab.space import is_log_spaced
+from nas_stab.store.rundir import RunDir
 
 GRID = """\
 name: dists

@@ -4,10 +4,10 @@ import io
 from conftest import TINY
 
 from nas_stab.config import loads_spec
-from nas_stab.results.rundir import RunDir
 from nas_stab.results.status import status_text
 from nas_stab.search.local import run_local
 from nas_stab.search.progress import Progress, describe
+from nas_stab.store.rundir import RunDir
 
 
 def test_plain_lines_name_the_configuration_and_count():

@@ -60,7 +60,7 @@ def _watch_writes(monkeypatch) -> tuple[list, list]:
     """(rewrites, after_add): for each RunDir.write_trials call, how many add_trials calls came
     before it; for each add_trials call, trials.csv's text after it. The driver (this process)
     is the only writer of the run directory, so patching it here sees every write."""
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.store.rundir import RunDir
 
     rewrites, after_add = [], []
     real_write, real_add = RunDir.write_trials, RunDir.add_trials
@@ -86,7 +86,7 @@ def _appended(after_add: list[str]) -> bool:
 
 @pytest.mark.slow
 def test_trials_csv_is_appended_per_trial_and_sorted_once_at_the_end(ray_local, tmp_path, monkeypatch):
-    from nas_stab.results.rundir import RunDir, trials_csv
+    from nas_stab.store.rundir import RunDir, trials_csv
 
     rewrites, after_add = _watch_writes(monkeypatch)
     text = spec_text(space={"train.lr": LRS}, runner={"kind": "ray", "concurrency": 2})
@@ -132,8 +132,8 @@ def test_trials_csv_sorted_after_an_interrupted_run_and_after_its_rerun(tmp_path
     """No Ray: run_ray's bookkeeping around Tune. An interrupted run still leaves (trial, seed) order;
     a rerun appends the missing rows, none twice, and a file left in finish order by a kill is sorted."""
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir, trials_csv
     from nas_stab.search.ray import runner as ray_runner
+    from nas_stab.store.rundir import RunDir, trials_csv
 
     text = spec_text(space={"train.lr": [0.01, 0.02, 0.03, 0.04, 0.05]}, runner={"kind": "ray"})
     spec = loads_spec(text)

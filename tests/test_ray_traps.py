@@ -250,9 +250,9 @@ def test_worker_death_retried_from_checkpoint_then_given_up(ray_local, tmp_path)
 
 def _bridge(tmp_path, max_failures=1):
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search.driver import Driver
     from nas_stab.search.ray.bridge import OptunaBridge
+    from nas_stab.store.rundir import RunDir
 
     spec = loads_spec(spec_text(space={"train.lr": [0.01, 0.02]}, runner={"kind": "ray", "max_failures": max_failures}))
     rd = RunDir.open(tmp_path, spec)

@@ -1,4 +1,4 @@
-"""The one reader of a run directory (nas_stab/results/reader.py)."""
+"""The one reader of a run directory (nas_stab/store/reader.py)."""
 from __future__ import annotations
 
 import sys
@@ -12,8 +12,8 @@ from lb_fixtures import make_run, spec_dict
 
 from nas_stab.config.schema import LeaderboardConfig
 from nas_stab.errors import RunError
-from nas_stab.results.reader import read_rows, read_run
-from nas_stab.results.rundir import RunDir
+from nas_stab.store.reader import read_rows, read_run
+from nas_stab.store.rundir import RunDir
 
 
 def _rows():

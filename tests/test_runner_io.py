@@ -6,9 +6,9 @@ from conftest import TINY
 
 from nas_stab import data as data_mod
 from nas_stab.config import loads_spec
-from nas_stab.results.rundir import RunDir, trials_csv
 from nas_stab.search.local import run_local
 from nas_stab.search.optuna_study import make_storage
+from nas_stab.store.rundir import RunDir, trials_csv
 
 
 def _rows(path):

@@ -7,13 +7,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from nas_stab.config import loads_spec
-from nas_stab.results.rundir import RunDir
+from nas_stab.results.views import record_views
 from nas_stab.search.local import run_local
+from nas_stab.store.rundir import RunDir
 
 
 def _run(text, out):
     spec = loads_spec(text)
-    with RunDir.open(out, spec) as rd:
+    with RunDir.open(out, spec, views=record_views) as rd:
         run_local(spec, rd)
     return out / spec.name
 

@@ -62,9 +62,9 @@ class Stopping:
 def _run(text, out, monkeypatch, stop_after=None):
     """Run the search (optionally stopped); the keys trained by this call."""
     from nas_stab.config import loads_spec
-    from nas_stab.results.rundir import RunDir
     from nas_stab.search import plan
     from nas_stab.search.local import run_local
+    from nas_stab.store.rundir import RunDir
 
     trained = []
     real = plan.run_job
@@ -95,7 +95,7 @@ def finished(tmp_path_factory):
 def test_each_outer_trial_is_scored_by_the_leaderboards_own_analysis(finished):
     from nas_stab.results.leaderboard import load_analysis
     from nas_stab.results.pareto import pareto_table
-    from nas_stab.results.reader import read_run
+    from nas_stab.store.reader import read_run
 
     got = rows(finished)
     assert len(got) == RUNS and {r["status"] for r in got} == {"complete"}
@@ -303,9 +303,9 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
 
     from nas_stab.config import loads_spec
     from nas_stab.results.leaderboard import load_analysis
-    from nas_stab.results.reader import read_run
     from nas_stab.search.optuna_study import make_storage
     from nas_stab.search.sweep_pruner import _sweep
+    from nas_stab.store.reader import read_run
 
     d, trained = bracketed
     spec = loads_spec(BRACKETED)
@@ -332,15 +332,15 @@ def test_a_bracketed_transfer_search_trains_real_runs_scored_by_the_leaderboard(
     # how each (architecture, size) sweep ended: the table's replay (matching trials.csv rows by their values)
     # is the search's own (its runs' keys, the outer study's exact values)
     from nas_stab.analysis.values import fmt_value
-    from nas_stab.search.decisions import END_TEXT as BRACKET_END_TEXT
+    from nas_stab.store.decisions import END_TEXT as BRACKET_END_TEXT
 
     # (a sampled continuous value labels its row with the key's name: "aggregation_exponent=0.417022")
     decided = {("aggregation_exponent=" + fmt_value(e.params["model.aggregation_exponent"]), e.params["model.branches"]): BRACKET_END_TEXT[e.end]
                for t in trials for e in _sweeps_of(spec, t).report(got)}
     assert a.sizes.set_index(["label", "size"])["bracket_end"].to_dict() == decided and "" not in decided.values()
     # the same ends replayed from trials.csv alone, as for a run directory made before decisions were recorded
-    from nas_stab.search.decisions import DECISIONS, read_decisions
     from nas_stab.search.replay import upgrade
+    from nas_stab.store.decisions import DECISIONS, read_decisions
 
     recorded = read_decisions(d)
     assert recorded is not None and recorded.complete and len(recorded.outers) == 3
@@ -420,9 +420,9 @@ def _ends_run(tmp_path):
 def _upgraded(d):
     """The run directory given its decisions replayed from trials.csv (`nas-stab upgrade`), as one made before
     searches recorded them."""
-    from nas_stab.results.reader import read_run
-    from nas_stab.search.decisions import DECISIONS
     from nas_stab.search.replay import upgrade
+    from nas_stab.store.decisions import DECISIONS
+    from nas_stab.store.reader import read_run
 
     (d / DECISIONS).unlink(missing_ok=True)
     run = read_run(d)

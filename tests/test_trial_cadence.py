@@ -6,7 +6,7 @@ import pytest
 
 from nas_stab.config import loads_spec, spec_hash
 from nas_stab.config.load import with_earlier_defaults
-from nas_stab.results.rundir import RunDir
+from nas_stab.store.rundir import RunDir
 from nas_stab.training import budget, train_run
 from nas_stab.training.loop import cadences
 
@@ -80,7 +80,7 @@ def test_earlier_default_keeps_the_hash_of_an_earlier_run_directory(tmp_path):
 
 
 def test_spec_changes_names_each_changed_key():
-    from nas_stab.results.rundir_meta import spec_changes
+    from nas_stab.store.rundir_meta import spec_changes
 
     old = {"meta": {"spec_hash": "a"}, "train": {"lr": 0.1, "steps": 10}, "space": {"model.width": [8, 16]}}
     new = {"train": {"lr": 0.1, "steps": 20}, "space": {"model.width": [8, 32]}, "seeds": [0, 1]}

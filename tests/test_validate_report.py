@@ -63,7 +63,7 @@ def test_resolved_spec_shows_only_keys_that_apply_and_reloads_identically(tmp_pa
     import yaml
 
     from nas_stab.config import load_run_spec, loads_spec
-    from nas_stab.results.rundir import RunDir
+    from nas_stab.store.rundir import RunDir
 
     text = WARN.replace("optimizer: adam, lr: 0.001, momentum: 0.9,", "optimizer: sgd, lr: 0.1,").replace(
         "model.width: {int: [2, 32], log: true}", "model.width: [4, 8]") + "task: {dataset: {name: digits, vocab_size: 100}}\n"

@@ -21,12 +21,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nas_stab.analysis.more_seeds import plan
-from nas_stab.analysis.table import analyze
+from nas_stab.analysis.table import Analysis, analyze
 
 __all__ = ["FAMILIES", "GRIDS", "Setting", "evaluate", "fingerprint", "simulate", "truth"]
 
@@ -237,7 +238,7 @@ def carried_regret(s: Setting, tr: dict, x_ref: np.ndarray) -> np.ndarray:
 
 
 def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed: int = 0, *,
-             epsilon=None, criterion: str = "regret", tolerance: float = 1.0,
+             epsilon: float | str | None = None, criterion: str = "regret", tolerance: float = 1.0,
              adaptive: tuple[int, int] | None = None) -> pd.DataFrame:
     """Per setting: P(yes), P(inconclusive), P(no) and the coverage of the printed 90% intervals of each size's
     optimum (x), the drift and the worst regret, with the true drift and worst regret (means over tables), and
@@ -247,9 +248,10 @@ def evaluate(settings: list[Setting], tables: int = 200, n_boot: int = 200, seed
     if adaptive is not None:
         settings = [replace(s, seeds=int(adaptive[1])) for s in settings]
     trials, truths = simulate(settings, tables, seed)
-    kw = dict(transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10, n_boot=n_boot,
-              boot_seed=seed, epsilon=epsilon, criterion=criterion, tolerance=tolerance)
+    kw: dict[str, Any] = dict(transfer="model.width", compare=["setting", "table"], metric="val_acc", classes=10,
+                              n_boot=n_boot, boot_seed=seed, epsilon=epsilon, criterion=criterion, tolerance=tolerance)
     looks = None
+    a: Analysis | _Final
     if adaptive is None:
         a = analyze(trials, **kw)
     else:
@@ -313,7 +315,7 @@ def fingerprint(tables: int = 12, n_boot: int = 100) -> pd.DataFrame:
                          "table": r["table"].to_numpy(dtype=int), "transfers": r["transfers"].to_numpy()})
 
 
-def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict):
+def _adaptive(trials: pd.DataFrame, adaptive: tuple[int, int], kw: dict) -> tuple[_Final, pd.DataFrame, pd.Series]:
     """Adaptive seeds on simulated tables drawn with `max` seeds per cell: the first `min` seeds of every cell,
     then, look after look, the seeds `more_seeds.plan` asks for (a cell's seeds in order), until it asks for
     none. (the final analysis, the trials it used, the number of looks)"""

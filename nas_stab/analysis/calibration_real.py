@@ -21,6 +21,7 @@ counts only the other sizes, the cost of carrying beyond the reference size's ow
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def _counted(runs: pd.DataFrame, metric: str, sign: float) -> tuple[np.ndarray, 
     return counted_values(v, ok, np.zeros(len(v), dtype=bool), finite, sign, level)[0], level
 
 
-def _simulate(row: RealRow, shift: float, seeds: int, tables: int, rng: np.random.Generator, setting: int):
+def _simulate(row: RealRow, shift: float, seeds: int, tables: int, rng: np.random.Generator, setting: int
+              ) -> tuple[pd.DataFrame, dict[int, tuple[np.ndarray, np.ndarray]], float, np.ndarray, NoLearning]:
     """The trials of `tables` simulated tables from `row` and each size's true curve (log2 lr, pooled mean)."""
     sign = 1.0 if direction(row.metric) == "maximize" else -1.0
     sizes = np.sort(row.runs["size"].unique())
@@ -132,7 +134,8 @@ def _true_cost(curves: dict, sign: float, x: np.ndarray, level: NoLearning) -> n
     return out
 
 
-def evaluate_real(rows: list[RealRow] | None = None, *, shifts=(0.0, 0.5, 1.0, 2.0), seeds=(3, 5), tables: int = 50,
+def evaluate_real(rows: list[RealRow] | None = None, *, shifts: Sequence[float] = (0.0, 0.5, 1.0, 2.0),
+                  seeds: Sequence[int] = (3, 5), tables: int = 50,
                   n_boot: int = 200, seed: int = 0) -> pd.DataFrame:
     """Per (row, planted shift, seeds): P(yes), P(no), P(yes | costly), P(no | cheap), the upper end's coverage."""
     rows = sources() if rows is None else rows

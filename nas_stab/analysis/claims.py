@@ -48,7 +48,7 @@ The sd of a pilot is itself an estimate: "needs N seeds" is a plan for the next 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -159,7 +159,7 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     return Claim(**args)
 
 
-def _kind_rules(item: Mapping[str, Any], err) -> None:
+def _kind_rules(item: Mapping[str, Any], err: Callable[[str, str], None]) -> None:
     """What each kind needs: a difference an effect > 0, an equivalence a margin > 0, a slope one bound."""
     kind = item["kind"]
     if kind not in KINDS:

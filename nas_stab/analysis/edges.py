@@ -17,8 +17,13 @@ did not record (``hessian: false`` leaves the sharpness empty) is left out rathe
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from nas_stab.analysis.table import Analysis
 
 __all__ = ["EDGE_METRICS", "edges"]
 
@@ -39,7 +44,7 @@ def _where(cells: pd.DataFrame, grid_lr: float) -> tuple[int | None, int | None]
     return int(c["_l"].iloc[j]), (int(div["_l"].iloc[0]) if len(div) else None)
 
 
-def edges(a) -> pd.DataFrame:
+def edges(a: Analysis) -> pd.DataFrame:
     """One row per (row, size, where) of an `Analysis` (see the module): label, size, where, lr, runs,
     diverged, and the seed mean of each recorded stability metric."""
     rec = a.records

@@ -30,12 +30,17 @@ of 1000 replicates. Measured coverage of a seed mean at 3 / 5 / 10 seeds
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["factor", "widen", "widen_replicates"]
 
 
-def _z_t(n, level: float):
+def _z_t(n: float | np.ndarray, level: float) -> tuple[float, np.ndarray]:
     from scipy.special import ndtri, stdtrit  # deferred: loads SciPy only when this runs
 
     q = (1.0 + level) / 2.0
@@ -45,14 +50,16 @@ def _z_t(n, level: float):
     return ndtri(q), np.where(n >= 2, k, np.nan)
 
 
-def factor(n, level: float = 0.9):
+def factor(n: float | np.ndarray, level: float = 0.9) -> float | np.ndarray:
     """c(n) = k(n) / z: the percentile interval's scale for seed counts ``n`` (scalar or array; NaN where n < 2)."""
     z, k = _z_t(n, level)
     c = k / z
     return float(c) if np.ndim(c) == 0 else c
 
 
-def widen(lo, hi, mid, sd, n, level: float = 0.9, *, floor: float | None = None):
+def widen(lo: float | np.ndarray, hi: float | np.ndarray, mid: float | np.ndarray, sd: float | np.ndarray,
+          n: float | np.ndarray, level: float = 0.9, *,
+          floor: float | None = None) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
     """The corrected interval from the replicates' percentile ends ``lo``, ``hi``, median ``mid`` and
     standard deviation ``sd`` (arrays broadcast): each end the farther of ``mid -/+ c (mid - lo)``
     and ``mid -/+ k sd``. ``floor`` clips the lower end at a bound the statistic cannot cross
@@ -70,9 +77,11 @@ def widen(lo, hi, mid, sd, n, level: float = 0.9, *, floor: float | None = None)
     return a, b
 
 
-def widen_replicates(reps, n: int, level: float = 0.9, *, floor: float | None = None) -> tuple[float, float]:
+def widen_replicates(reps: npt.ArrayLike, n: int, level: float = 0.9, *,
+                     floor: float | None = None) -> tuple[float, float]:
     """`widen` from the replicates themselves (numpy's linear quantiles): the probes' slopes."""
     arr = np.asarray(reps, dtype=float)
     a = (1 - level) / 2
     lo, mid, hi = np.quantile(arr, [a, 0.5, 1 - a])
-    return widen(lo, hi, mid, arr.std(ddof=1) if arr.size > 1 else 0.0, n, level, floor=floor)
+    return cast("tuple[float, float]",  # scalar ends: `widen` returns floats
+                widen(lo, hi, mid, arr.std(ddof=1) if arr.size > 1 else 0.0, n, level, floor=floor))

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from nas_stab.analysis.optimum import EPS
 from nas_stab.analysis.verdicts import CARRIED_SEEDS, MIN_SEEDS
+
+if TYPE_CHECKING:
+    from nas_stab.analysis.table import Analysis
 
 __all__ = ["Plan", "outlook", "plan", "shrink"]
 
@@ -102,7 +106,7 @@ def _verdict_cells(cells: pd.DataFrame, sizes: pd.DataFrame, ref_x: float) -> li
     return out
 
 
-def plan(a, n_max: int) -> Plan:
+def plan(a: Analysis, n_max: int) -> Plan:
     """Where the next batch of seeds goes, from an `Analysis` (see the module docstring); empty when every row
     is decided or cannot be decided within `n_max` seeds."""
     st = a.settings

@@ -23,6 +23,7 @@ in `optimum_regret.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -72,7 +73,9 @@ def _neighbours(fin: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 _REPS = ("drift", "slope", "regret", "worst", "xstar", "score", "worst_at", "d")
 
 
-def _bootstrap(V, P, X, n_size, *, sign, thr, U, ref, no_parabola, n_boot, seed) -> dict[str, np.ndarray]:
+def _bootstrap(V: np.ndarray, P: np.ndarray, X: np.ndarray, n_size: np.ndarray, *, sign: float, thr: np.ndarray,
+               U: np.ndarray, ref: np.ndarray, no_parabola: np.ndarray, n_boot: int,
+               seed: int) -> dict[str, np.ndarray]:
     """Replicates [n_boot, ...] of `fit`'s statistics: each (row, size) resamples its own seeds, the same
     draw for every lr of the size; a cell whose seeds a resample all missed keeps its point mean."""
     K, S, L, N = V.shape
@@ -102,7 +105,8 @@ def _bootstrap(V, P, X, n_size, *, sign, thr, U, ref, no_parabola, n_boot, seed)
     return {k: np.concatenate(v, axis=0) for k, v in out.items()}
 
 
-def _interval(arr: np.ndarray, n, ci: float, floor: float | None = None, semi: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _interval(arr: np.ndarray, n: np.ndarray, ci: float, floor: float | None = None,
+              semi: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The percentile interval of replicates `arr` [R, ...] widened for the seed count n (broadcast;
     NaN where n < 2). `semi`: each end widened by the replicates' deviation on its own side of the median
     (a skewed statistic keeps its skew)."""
@@ -123,7 +127,9 @@ def _interval(arr: np.ndarray, n, ci: float, floor: float | None = None, semi: b
     return np.where(few, np.nan, lo), np.where(few, np.nan, hi)
 
 
-def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot, ci, seed, sized, notes):
+def estimate(per_seed: pd.DataFrame, cells: pd.DataFrame, *, sign: float, thr: np.ndarray, lr_float: np.ndarray,
+             size_num: np.ndarray, ref_code: int | None, n_boot: int, ci: float, seed: int, sized: bool,
+             notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Point estimates and seed-bootstrap intervals: (rows by _k, sizes by (_k, _s))."""
     n_sizes = int(cells["_s"].max()) + 1
     V, Lc, n_size, l_loc = _layout(per_seed, n_sizes)
@@ -148,7 +154,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     rows["lr_drift_lo"], rows["lr_drift_hi"] = _drift_interval(opt.trains, blo, bhi)
     fail_near, carried_seeds, carried_fails = near_carried(V, X, sign, thr, point["t"][0])
     gain = hidden_gain(X, opt)
-    _statistic_intervals(rows, point, reps, opt.n_row, ci, reflect=~fail_near.any(-1))
+    _statistic_intervals(rows, point, reps, opt.n_row, ci, reflect=cast(np.ndarray, ~fail_near.any(-1)))  # [row]
     if reps:
         bound_transfer_regrets(rows, V=V, P=P, X=X, sign=sign, thr=thr, U=U, ref=ref, point=point, reps=reps, opt=opt,
                                no_parabola=no_parabola, ci=ci, gain=gain)
@@ -164,7 +170,7 @@ def estimate(per_seed, cells, *, sign, thr, lr_float, size_num, ref_code, n_boot
     return rows, sizes
 
 
-def _reference_sizes(present: np.ndarray, ref_code, notes: list[str]) -> np.ndarray:
+def _reference_sizes(present: np.ndarray, ref_code: int | None, notes: list[str]) -> np.ndarray:
     """The reference size code of every row: `ref_code`, or the row's smallest size where it lacks that
     one (or none is given)."""
     S = present.shape[1]
@@ -191,7 +197,8 @@ def _no_parabola(per_seed: pd.DataFrame, l_loc: np.ndarray, V: np.ndarray, sign:
     return pruned | part_failed
 
 
-def _replication(V: np.ndarray, P: np.ndarray, j: np.ndarray, trains: np.ndarray):
+def _replication(V: np.ndarray, P: np.ndarray, j: np.ndarray,
+                 trains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The nearest tried lr below and above each size's grid optimum j, the seeds the optimum rests on
     (n_rest[row, size]) and per row the least of them over the sizes that train (n_row[row])."""
     L = V.shape[2]
@@ -280,7 +287,7 @@ def _locate(V: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, thr: np.nd
                     xfit_lo=xfit_lo, xfit_hi=xfit_hi, SP=SP)
 
 
-def _optimum_intervals(opt: _Optimum, reps: dict, ci: float):
+def _optimum_intervals(opt: _Optimum, reps: dict, ci: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each size's optimum interval (xlo, xhi) and the simultaneous band over the sizes (blo, bhi), all
     [row, size]; NaN without replicates or where the optimum rests on fewer than 2 seeds."""
     n_rest, trains = opt.n_rest, opt.trains
@@ -332,7 +339,8 @@ def _statistic_intervals(rows: pd.DataFrame, point: dict, reps: dict, n_row: np.
         rows[col + "_lo"], rows[col + "_hi"] = lo, hi
 
 
-def _regret_interval(arr, th, lo, hi, n_row, ci, floor, reflect):
+def _regret_interval(arr: np.ndarray, th: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_row: np.ndarray, ci: float,
+                     floor: float, reflect: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A regret's interval (lo, hi) corrected for the bias of the maximum it is measured from."""
     # a regret is a difference from a maximum, biased upward by the noise (most near 0, on flat tops).
     # Its replicates are skewed: the lower end is widened by their deviation below the median only (a
@@ -369,7 +377,9 @@ def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimu
         rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
 
-def _size_table(cells, point, reps, opt: _Optimum, n_size, present, Lc, lr_float, ref, *, sign, ci, xlo, xhi, open_above) -> pd.DataFrame:
+def _size_table(cells: pd.DataFrame, point: dict, reps: dict, opt: _Optimum, n_size: np.ndarray, present: np.ndarray,
+                Lc: np.ndarray, lr_float: np.ndarray, ref: np.ndarray, *, sign: float, ci: float, xlo: np.ndarray,
+                xhi: np.ndarray, open_above: np.ndarray) -> pd.DataFrame:
     """One row per (row, size) that has runs: its optimum with its interval, censoring, seeds and regret."""
     K = present.shape[0]
     n_rest, trains, j = opt.n_rest, opt.trains, opt.j

@@ -10,7 +10,8 @@ and from those the statistics of the transfer: regrets (`_regrets`), drift and s
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,7 +20,7 @@ __all__ = ["EPS", "did_not_learn", "fit"]
 EPS = 1e-9
 
 
-def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
+def did_not_learn(v: np.ndarray, sign: float, thr: float | np.ndarray) -> np.ndarray:
     """Where a value did not learn: at or below the trains threshold ``thr = sign * m0 + margin`` in the
     metric's direction (``sign * v <= thr``), NaN never. The one definition of "did not learn" that the
     fit (no parabola through such a cell) and the leaderboard's ``stuck`` column share (docs/leaderboard.md)."""
@@ -32,12 +33,12 @@ def did_not_learn(v: np.ndarray, sign: float, thr) -> np.ndarray:
 class _quiet:
     """Silence numpy's "mean of empty slice" warnings (an empty slice is NaN, as wanted)."""
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self._w = warnings.catch_warnings()
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:  # (type, value, traceback) of an exception, or three None
         self._w.__exit__(*exc)
 
 
@@ -50,7 +51,7 @@ def _lr_at(X: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return X[np.arange(idx.shape[1])[None, :, None], idx]
 
 
-def _nanquantiles(arr: np.ndarray, qs) -> list[np.ndarray]:
+def _nanquantiles(arr: np.ndarray, qs: Sequence[float]) -> list[np.ndarray]:
     """numpy's default (linear) quantiles along axis 0, ignoring NaN, for each q of `qs` from one sort;
     vectorized (np.nanquantile loops in Python over the other axes)."""
     srt = np.sort(arr, axis=0)  # NaN sort last
@@ -95,7 +96,8 @@ def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, U: np.ndarra
             "score": sign * score_t, "worst_at": sign * worst_t, "t": t[..., 0], "at": sign * at_t}
 
 
-def _grid_optimum(score, fin, present, thr):
+def _grid_optimum(score: np.ndarray, fin: np.ndarray, present: np.ndarray,
+                  thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each size's best tried lr j (ties: the first, i.e. the smallest lr), its value y1, whether the size
     trains (its best beats the threshold) and where the optimum is censored: -1 at the grid's low end,
     1 at its high end, 2 with a single lr tried, 0 inside the grid."""
@@ -126,7 +128,8 @@ class _Parabola(NamedTuple):
     yv: np.ndarray
 
 
-def _parabola(score, X, j, y1, cens, thr, pruned) -> _Parabola:
+def _parabola(score: np.ndarray, X: np.ndarray, j: np.ndarray, y1: np.ndarray, cens: np.ndarray, thr: np.ndarray,
+              pruned: np.ndarray | None) -> _Parabola:
     """Refine each size's grid optimum by the vertex of the parabola through it and its two neighbours,
     where the curve there is smooth and concave."""
     L = score.shape[-1]
@@ -151,7 +154,7 @@ def _parabola(score, X, j, y1, cens, thr, pruned) -> _Parabola:
     return _Parabola(x0, x1, x2, y0, f01, a, curved, xv, yv)
 
 
-def _carried_lr(xstar, ref, at) -> np.ndarray:
+def _carried_lr(xstar: np.ndarray, ref: np.ndarray, at: np.ndarray | None) -> np.ndarray:
     """The lr t[B, row, size] carried to every size of a row: the reference size's optimum x*(s_ref), or `at`."""
     B, K, S = xstar.shape
     if at is not None:
@@ -160,7 +163,8 @@ def _carried_lr(xstar, ref, at) -> np.ndarray:
     return np.broadcast_to(t, (B, K, S))
 
 
-def _curve_at(t, score, X, fin, present, thr, par: _Parabola) -> np.ndarray:
+def _curve_at(t: np.ndarray, score: np.ndarray, X: np.ndarray, fin: np.ndarray, present: np.ndarray, thr: np.ndarray,
+              par: _Parabola) -> np.ndarray:
     """The fitted curve of every size at t = x*(s_ref): its own parabola inside its bracket, else
     linear interpolation between the lrs tried at that size (the end value beyond them)."""
     L = score.shape[-1]
@@ -188,7 +192,8 @@ def _curve_at(t, score, X, fin, present, thr, par: _Parabola) -> np.ndarray:
     return np.where(np.isfinite(t) & present, at_t, np.nan)
 
 
-def _regrets(at_t, d, present):
+def _regrets(at_t: np.ndarray, d: np.ndarray,
+             present: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The metric at every size with the carried lr (mean over sizes, and at the size it serves worst), the
     number of sizes with a regret, and the mean and the worst regret (with at least two such sizes)."""
     with np.errstate(invalid="ignore"), _quiet():
@@ -200,7 +205,7 @@ def _regrets(at_t, d, present):
     return score_t, worst_t, n_d, regret, worst
 
 
-def _drift_and_slope(xstar, U):
+def _drift_and_slope(xstar: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The drift of the optima (their range over the sizes) and their least-squares slope against U = log2(size)."""
     with np.errstate(invalid="ignore"), _quiet():
         n_x = np.isfinite(xstar).sum(-1)
@@ -217,7 +222,7 @@ def _drift_and_slope(xstar, U):
     return drift, slope
 
 
-def _sensitivity(yv, score, fin):
+def _sensitivity(yv: np.ndarray, score: np.ndarray, fin: np.ndarray) -> np.ndarray:
     """The lr sensitivity: the mean loss from each size's optimum to the lrs tried, averaged over the sizes."""
     with np.errstate(invalid="ignore"), _quiet():
         return np.nanmean(np.nanmean(np.where(fin, yv[..., None] - score, np.nan), -1), -1)

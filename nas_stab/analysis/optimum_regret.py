@@ -8,17 +8,59 @@ near-tied cells (`_widen_to_selection_floor`), the value an unrefined optimum be
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import numpy as np
 import pandas as pd
 
 from nas_stab.analysis.optimum_fit import _nanquantiles, _quiet, _take, fit
+
+if TYPE_CHECKING:
+    class _Optimum(Protocol):
+        """What this module reads of `optimum._Optimum` (which it cannot import: `optimum` imports this module)."""
+
+        @property
+        def j(self) -> np.ndarray: ...
+        @property
+        def trains(self) -> np.ndarray: ...
+        @property
+        def below(self) -> np.ndarray: ...
+        @property
+        def above(self) -> np.ndarray: ...
+        @property
+        def xj(self) -> np.ndarray: ...
+        @property
+        def x_below(self) -> np.ndarray: ...
+        @property
+        def x_above(self) -> np.ndarray: ...
+        @property
+        def yj(self) -> np.ndarray: ...
+        @property
+        def tr_below(self) -> np.ndarray: ...
+        @property
+        def tr_above(self) -> np.ndarray: ...
+        @property
+        def reach_lo(self) -> np.ndarray: ...
+        @property
+        def reach_hi(self) -> np.ndarray: ...
+        @property
+        def unrefined(self) -> np.ndarray: ...
+        @property
+        def fit_lo(self) -> np.ndarray: ...
+        @property
+        def fit_hi(self) -> np.ndarray: ...
+        @property
+        def SP(self) -> np.ndarray: ...
 
 __all__ = ["bound_transfer_regrets", "hidden_gain"]
 
 _REGRETS = (("regret", "transfer_regret"), ("worst", "worst_regret"))
 
 
-def bound_transfer_regrets(rows: pd.DataFrame, *, V, P, X, sign, thr, U, ref, point, reps, opt, no_parabola, ci, gain) -> None:
+def bound_transfer_regrets(rows: pd.DataFrame, *, V: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float,
+                           thr: np.ndarray, U: np.ndarray, ref: np.ndarray, point: dict[str, np.ndarray],
+                           reps: dict[str, np.ndarray], opt: _Optimum, no_parabola: np.ndarray, ci: float,
+                           gain: np.ndarray) -> None:
     """Widen the columns ``transfer_regret_lo/_hi`` and ``worst_regret_lo/_hi`` of `rows` (the bootstrap's
     intervals) for what the bootstrap does not see; `opt` is `optimum._Optimum`, each size's located optimum, and
     `gain` its `hidden_gain`."""
@@ -32,7 +74,8 @@ def bound_transfer_regrets(rows: pd.DataFrame, *, V, P, X, sign, thr, U, ref, po
     _censored_bounds(rows, point, opt.trains, ref)
 
 
-def _carried_ends(opt, no_parabola, reps, ci) -> list[tuple[np.ndarray, bool, np.ndarray]]:
+def _carried_ends(opt: _Optimum, no_parabola: np.ndarray, reps: dict[str, np.ndarray],
+                  ci: float) -> list[tuple[np.ndarray, bool, np.ndarray]]:
     """The other lrs [row, size] the reference size's optimum may be carried from, each with whether it
     widens both ends of the regret's interval (else the lower end only) and the cells no parabola may pass
     through in its fit."""
@@ -57,7 +100,9 @@ def _carried_ends(opt, no_parabola, reps, ci) -> list[tuple[np.ndarray, bool, np
             (rep_lo, True, no_parabola), (rep_hi, True, no_parabola)]
 
 
-def _widen_to_carried_ends(rows, P, X, sign, thr, U, ref, point, reps, opt, no_parabola, ci) -> None:
+def _widen_to_carried_ends(rows: pd.DataFrame, P: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray,
+                           U: np.ndarray, ref: np.ndarray, point: dict[str, np.ndarray], reps: dict[str, np.ndarray],
+                           opt: _Optimum, no_parabola: np.ndarray, ci: float) -> None:
     """Stretch each regret's interval over the regrets of carrying every lr of `_carried_ends` (the lower end
     only, for the ends that widen one side)."""
     ar = np.arange(len(ref))
@@ -74,7 +119,8 @@ def _widen_to_carried_ends(rows, P, X, sign, thr, U, ref, point, reps, opt, no_p
                 rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
 
 
-def _regrets_carrying(t, P, X, sign, thr, U, ref, mask) -> dict[str, np.ndarray]:
+def _regrets_carrying(t: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, U: np.ndarray,
+                      ref: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
     """The mean and the worst regret [row] of carrying the lr t[row] to every size of the seed-mean curves P."""
     ar = np.arange(len(ref))
     alt = fit(P[None], X, sign, thr, U, ref, pruned=mask, full=False, at=t[None])
@@ -86,14 +132,16 @@ def _regrets_carrying(t, P, X, sign, thr, U, ref, mask) -> dict[str, np.ndarray]
                 "worst": np.where(n_alt >= 2, np.nanmax(d_alt, -1), np.nan)}
 
 
-def _widen_to_selection_floor(rows, V, X, point, opt, ref, sign) -> None:
+def _widen_to_selection_floor(rows: pd.DataFrame, V: np.ndarray, X: np.ndarray, point: dict[str, np.ndarray],
+                              opt: _Optimum, ref: np.ndarray, sign: float) -> None:
     """Lower each regret's lower end to `_regret_floor`."""
     for col, v in zip(("worst_regret", "transfer_regret"), _regret_floor(V, opt.SP, X, point, opt.trains, ref, sign)):
         cur = rows[col + "_lo"].to_numpy()
         rows[col + "_lo"] = np.where(np.isfinite(cur) & np.isfinite(v), np.minimum(cur, v), cur)
 
 
-def _regret_floor(V, SP, X, point, trains, ref, sign) -> tuple[np.ndarray, np.ndarray]:
+def _regret_floor(V: np.ndarray, SP: np.ndarray, X: np.ndarray, point: dict[str, np.ndarray], trains: np.ndarray,
+                  ref: np.ndarray, sign: float) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds of the worst and the mean regret [K] that no maximum's bias can lift: a size's true best is
     at least every tried cell's one-sided 95% lower bound (its seed mean minus k(n) standard errors, k(n) the
     small-sample factor of `intervals.widen`), and the carried lr's true value at most the point estimate
@@ -122,7 +170,7 @@ def _regret_floor(V, SP, X, point, trains, ref, sign) -> tuple[np.ndarray, np.nd
         return np.nanmax(lo, -1), np.nanmean(lo, -1)
 
 
-def hidden_gain(X, opt) -> np.ndarray:
+def hidden_gain(X: np.ndarray, opt: _Optimum) -> np.ndarray:
     """What an unrefined optimum [row, size] beside an lr that does not train may hide above its measured value
     (``inf``: no bound, the optimum's other neighbour does not train either, or there is none)."""
     K, L = X.shape
@@ -141,14 +189,14 @@ def hidden_gain(X, opt) -> np.ndarray:
     return gain
 
 
-def _widen_by_hidden_gain(rows, gain, opt) -> None:
+def _widen_by_hidden_gain(rows: pd.DataFrame, gain: np.ndarray, opt: _Optimum) -> None:
     """Raise each regret's upper end by the largest `hidden_gain` of the row's sizes that train."""
     g = np.where(opt.trains, gain, 0.0).max(-1)
     for col in ("transfer_regret", "worst_regret"):
         rows[col + "_hi"] = rows[col + "_hi"] + np.where(np.isfinite(rows[col + "_hi"]), g, 0.0)
 
 
-def _censored_bounds(rows, point, trains, ref) -> None:
+def _censored_bounds(rows: pd.DataFrame, point: dict[str, np.ndarray], trains: np.ndarray, ref: np.ndarray) -> None:
     """Open each regret's interval on the side a censored optimum leaves unbounded."""
     # censored optima: the regret is bounded on one side only. A censored size's own optimum lies at or
     # beyond the grid's end, so its regret is at least what was measured (no upper bound); a censored

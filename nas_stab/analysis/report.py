@@ -12,12 +12,17 @@ than m0 is clamped to it; a complete run that did not record the report metric i
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.analysis.no_learning import NoLearning, no_learning_level
 from nas_stab.errors import RunError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["NONE", "REPORT_COLUMNS", "report_at", "report_cells", "report_metric"]
 
@@ -69,7 +74,7 @@ def report_cells(trials: pd.DataFrame, rec: pd.DataFrame, report: str, classes: 
 REPORT_COLUMNS = ("report_mean", "report_std", "report_n")
 
 
-def report_at(cells: pd.DataFrame | None, k, s, lr) -> pd.DataFrame:
+def report_at(cells: pd.DataFrame | None, k: npt.ArrayLike, s: npt.ArrayLike, lr: npt.ArrayLike) -> pd.DataFrame:
     """`report_cells`' values at the cells (k, s, lr) (arrays of codes; a negative code: no cell), NaN where
     there is none (or no report: `cells` None)."""
     k, s, lr = (np.asarray(v, dtype=np.int64) for v in (k, s, lr))

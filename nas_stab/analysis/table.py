@@ -220,7 +220,9 @@ class _Coded:
     other: list[str]
 
 
-def _coded_records(df, lr_num, metric, classes, m0, margin, sign, lr, transfer, compare, notes) -> _Coded:
+def _coded_records(df: pd.DataFrame, lr_num: np.ndarray, metric: str, classes: int | None, m0: float | None,
+                   margin: float | None, sign: float, lr: str, transfer: str | None, compare: tuple[str, ...],
+                   notes: list[str]) -> _Coded:
     """Each run's outcome, the value it counts with (`counted_values`) and its codes (`_Coded`)."""
     status = df["status"].astype(str).str.strip().str.lower().to_numpy()
     value = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float)
@@ -300,7 +302,7 @@ def _reference_code(transfer: str | None, reference: Any, size_vals: list, notes
 
 
 def _row_facts(rows: pd.DataFrame, cells: pd.DataFrame, lr_float: np.ndarray, sign: float, level: NoLearning,
-               eps_rel, eps_abs) -> pd.DataFrame:
+               eps_rel: float | None, eps_abs: float | None) -> pd.DataFrame:
     """`estimate`'s rows with the stable lr range, the best cell, the shares of diverged, stuck and pruned runs,
     m0, the margin, epsilon and the largest size's facts (`_largest_size`): what the verdicts and the ranking use."""
     m0, margin, stuck_na = level.m0, level.margin, level.stuck_na

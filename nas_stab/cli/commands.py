@@ -17,11 +17,11 @@ from pathlib import Path
 
 from nas_stab import gcsetup, metrics
 from nas_stab.errors import RunError, SpecError
-from nas_stab.results.atomic import atomic_write
-from nas_stab.results.reader import read_run
 from nas_stab.results.tensorboard import rebuild
 from nas_stab.search.plan import base_lookup
 from nas_stab.search.ray.cluster import check_reachable
+from nas_stab.store.atomic import atomic_write
+from nas_stab.store.reader import read_run
 from nas_stab.textfmt import did_you_mean
 
 if typing.TYPE_CHECKING:
@@ -126,7 +126,8 @@ def cmd_run(args) -> int:
 
 def _run(args, setup_done) -> int:
     from nas_stab.data import reuse_loaded  # deferred: loads torch, PyYAML, NumPy only when this runs
-    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
+    from nas_stab.results.views import record_views  # deferred: loads PyYAML only when this runs
+    from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     if args.trials is not None and not 1 <= args.trials <= 10_000_000:
         raise SpecError(f"must be a count from 1 to 10000000, got {args.trials}", key="--trials")
@@ -139,7 +140,7 @@ def _run(args, setup_done) -> int:
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1
     with reuse_loaded() if in_process else contextlib.nullcontext():
         data_note = _preflight_data(spec)
-        with RunDir.open(args.out, spec, fresh=args.fresh, data_note=data_note) as rd:
+        with RunDir.open(args.out, spec, fresh=args.fresh, data_note=data_note, views=record_views) as rd:
             rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
             rd.log(f"data: {data_note}")
             if spec is not loaded:
@@ -224,8 +225,8 @@ def upgrade_decisions(run_dir: Path, *, quiet: bool = False) -> bool:
     """A run directory made before searches recorded their decisions gets them, replayed from its trials.csv
     (`search/replay.py`), once, under its lock; whether it wrote them. A run that needs none, has them, is in
     use by a driver or cannot be written is left as it is (the command reading it then says what to do)."""
-    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
-    from nas_stab.search.decisions import DECISIONS, needs_decisions, read_decisions
+    from nas_stab.store.decisions import DECISIONS, needs_decisions, read_decisions
+    from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     try:
         run = read_run(run_dir)
@@ -261,8 +262,8 @@ def cmd_upgrade(args) -> int:
 
 
 def cmd_claims(args) -> int:
-    from nas_stab.results.atomic import atomic_write  # deferred: keeps --help fast
     from nas_stab.results.claims_table import claims_csv, judge_run  # deferred: loads pandas, SciPy only when this runs
+    from nas_stab.store.atomic import atomic_write  # deferred: keeps --help fast
 
     upgrade_decisions(Path(args.run_dir))
     df = judge_run(Path(args.run_dir), args.claims)
@@ -279,8 +280,8 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     """`nas-stab leaderboard RUN_DIR` of a run with logging.tracking: its tables into MLflow / W&B, with the
     runs a failure left out. Under the run directory's lock (a driver running there logs at its end);
     best effort, as during the search: a failure is a warning and a line in log.txt, never an error."""
-    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
     from nas_stab.results.tracking import backends, open_tracking  # deferred: loads PyYAML, pandas, NumPy only when this runs
+    from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     run = read_run(run_dir)
     if not backends(run.spec.logging.tracking):
@@ -341,7 +342,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
-    from nas_stab.results.rundir import RunDir  # deferred: loads PyYAML only when this runs
+    from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
     with RunDir.lock(run.path):  # no driver writes it meanwhile

@@ -205,7 +205,7 @@ def with_earlier_defaults(spec: Spec) -> Spec | None:
     """`spec` with the earlier default of each changed default (`CHANGED_DEFAULTS`) that the
     experiment leaves unset; None when it sets them all. A rerun of an experiment whose run
     directory was made before a default changed resumes with that directory's value
-    (`results.rundir.adopt_earlier_defaults`), its spec hash and run keys unchanged."""
+    (`store.rundir.adopt_earlier_defaults`), its spec hash and run keys unchanged."""
     raw = spec.raw or {}
     data = copy.deepcopy(raw)
     changed = False

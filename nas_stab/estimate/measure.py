@@ -17,11 +17,11 @@ from nas_stab.config.schema import Spec
 from nas_stab.data import reuse_loaded
 from nas_stab.estimate.wall import Costs
 from nas_stab.models import build_model
-from nas_stab.results.rundir import RunDir
 from nas_stab.search import plan
 from nas_stab.search.local_pool import WorkerPool, worker_threads
 from nas_stab.search.protocols import Executor
 from nas_stab.search.ray.cluster import trial_threads
+from nas_stab.store.rundir import RunDir
 from nas_stab.training.loop import RunResult, cadences
 from nas_stab.training.optim import build_optimizer
 

@@ -77,7 +77,7 @@ def _transfer_configs(spec: Spec) -> list[tuple[object, int]]:
     for pt in inner_points(spec):
         cost = {k: v for k, v in pt.items() if k != spec.leaderboard.lr}
         groups.setdefault(json.dumps(cost, sort_keys=True, default=str), [cost, 0])[1] += n_seeds
-    out = []
+    out: list[tuple[object, int]] = []
     for params, n in groups.values():
         r = try_resolve(spec, params)
         out.append((r if r is not None else spec, n))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import nas_stab
 from nas_stab.csvsafe import escape_cell
 from nas_stab.metrics import PROBE_EXTRA, STABILITY_METRICS
-from nas_stab.results.rundir_meta import git_commit, hardware
+from nas_stab.store.rundir_meta import git_commit, hardware
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec

@@ -1,7 +1,8 @@
-"""Results: the run directory, the learning-rate transfer analysis (docs/leaderboard.md), its formats and plots.
+"""Results: the learning-rate transfer leaderboard of run directories (docs/leaderboard.md), its formats and plots,
+`nas-stab status`, and the views of the records (TensorBoard, MLflow, W&B). The run directory itself is
+`nas_stab.store`.
 
-Public API (loaded on first use, so ``import nas_stab.results.rundir`` stays
-free of pandas and matplotlib):
+Public API (loaded on first use, so ``import nas_stab.results.status`` stays free of matplotlib):
 
 - `analyze(trials, ...)` -> `Analysis` (``rows``: the ranked leaderboard,
   ``cells``: per row label x size x lr);

@@ -1,5 +1,5 @@
 """Why each bracket sweep ended (bracketed, at a divergence wall, at an lr limit, unfinished), as the search
-recorded it in the run directory's ``decisions.jsonl`` (`search/decisions.py`), for the leaderboard's bracket
+recorded it in the run directory's ``decisions.jsonl`` (`store/decisions.py`), for the leaderboard's bracket
 column and its verdicts."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pandas as pd
 
 from nas_stab.config.mode import search_mode
 from nas_stab.errors import RunError
-from nas_stab.results.reader import Run
-from nas_stab.search.decisions import DECISIONS, Decisions, read_decisions
+from nas_stab.store.decisions import DECISIONS, Decisions, read_decisions
+from nas_stab.store.reader import Run
 
 
 def run_decisions(run: Run) -> Decisions:

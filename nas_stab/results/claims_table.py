@@ -21,7 +21,7 @@ from nas_stab.csvsafe import escape_frame
 from nas_stab.errors import RunError
 from nas_stab.results.formats import to_csv
 from nas_stab.results.leaderboard import load_analysis
-from nas_stab.results.reader import read_run
+from nas_stab.store.reader import read_run
 
 __all__ = ["judge_run", "claims_csv"]
 

@@ -40,10 +40,10 @@ from nas_stab.errors import RunError, SpecError
 from nas_stab.results import formats as _formats
 from nas_stab.results import pareto as _pareto
 from nas_stab.results import plots as _plots
-from nas_stab.results.atomic import atomic_write, remove_stale_tmp
 from nas_stab.results.bracket_ends import with_bracket_ends
 from nas_stab.results.provenance import provenance
-from nas_stab.results.reader import Run, read_run
+from nas_stab.store.atomic import atomic_write, remove_stale_tmp
+from nas_stab.store.reader import Run, read_run
 
 __all__ = ["atomic_write", "build_leaderboard", "leaderboard_markdown", "load_analysis", "provenance"]
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from nas_stab.analysis.table import Analysis
 from nas_stab.results._plotbase import _TITLE_PT, _figure, _labels, _plain, _png, _size_colors, _size_legend, _size_name, _suptitle, _wrap
-from nas_stab.results.reader import history_path
+from nas_stab.store.reader import history_path
 
 COLUMN = "train_loss"
 

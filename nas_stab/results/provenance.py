@@ -10,7 +10,7 @@ import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.analysis.settings import settings as _settings
-from nas_stab.results.reader import Run
+from nas_stab.store.reader import Run
 from nas_stab.textfmt import duration
 
 

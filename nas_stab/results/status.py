@@ -11,9 +11,9 @@ from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
 from nas_stab.errors import RunError
 from nas_stab.results.bracket_ends import run_decisions
-from nas_stab.results.reader import Run, read_run
-from nas_stab.search.decisions import Decisions
 from nas_stab.search.plan import base_lookup
+from nas_stab.store.decisions import Decisions
+from nas_stab.store.reader import Run, read_run
 
 
 def status_text(run_dir: Path) -> str:
@@ -112,7 +112,7 @@ def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
 
 
 def _decisions(run: Run, rows: list[dict[str, str]]) -> tuple[Decisions | None, str]:
-    """The search's recorded decisions (`search/decisions.py`), or None and why not."""
+    """The search's recorded decisions (`store/decisions.py`), or None and why not."""
     if not rows and not (run.path / "decisions.jsonl").is_file():
         return None, ""  # nothing run yet
     try:

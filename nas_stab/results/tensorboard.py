@@ -29,7 +29,7 @@ from typing import Any
 
 from nas_stab import metrics
 from nas_stab.errors import RunError
-from nas_stab.results.reader import HISTORY, TRIALS_CSV, is_run_id, read_history_rows, read_rows
+from nas_stab.store.reader import HISTORY, TRIALS_CSV, is_run_id, read_history_rows, read_rows
 
 TB_DIR = "tensorboard"
 _SKIP = {"step"}

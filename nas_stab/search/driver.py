@@ -45,7 +45,6 @@ from nas_stab import gcsetup
 from nas_stab.config.mode import search_mode
 from nas_stab.errors import check_termination
 from nas_stab.search import plan, trial_states
-from nas_stab.search.decisions import DECISIONS, DecisionLog
 from nas_stab.search.plan import Job
 from nas_stab.search.progress import Progress
 from nas_stab.search.protocols import Executor, JobSource
@@ -54,9 +53,11 @@ from nas_stab.search.sources import JOB_SOURCES
 from nas_stab.search.sources.adaptive import AdaptiveSeeds
 from nas_stab.search.sources.transfer import TransferSource
 from nas_stab.search.trial_states import INTERRUPTED
+from nas_stab.store.decisions import DECISIONS, DecisionLog
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
+    from nas_stab.store.protocol import RunStore
 
 
 class _Wait:
@@ -116,7 +117,7 @@ class Driver:
     `trials` caps the runs (grid) or trials (samplers) of this call, as `nas-stab run --trials`.
     """
 
-    def __init__(self, spec: Spec, rd, *, trials: int | None = None, source: JobSource | None = None,
+    def __init__(self, spec: Spec, rd: RunStore, *, trials: int | None = None, source: JobSource | None = None,
                  progress_stream=None, live: bool | None = None):
         self.spec, self.rd = spec, rd
         self.study, rows, self.study_lock = trial_states.open_study(spec, rd)
@@ -126,7 +127,7 @@ class Driver:
             self._release_study()
             raise
 
-    def _start(self, spec: Spec, rd, rows, trials, source, progress_stream, live) -> None:
+    def _start(self, spec: Spec, rd: RunStore, rows, trials, source, progress_stream, live) -> None:
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
         self._over_budget_told = False  # log.txt names the first run whose measurements took over twice the budget
@@ -167,7 +168,7 @@ class Driver:
             self.progress.note(f"resuming {rd.path}: {note}")
 
     def _open_decisions(self, source: JobSource | None, n_records: int) -> DecisionLog | None:
-        """A job source that decides as results come in records its decisions (`search/decisions.py`): a start
+        """A job source that decides as results come in records its decisions (`store/decisions.py`): a start
         event, then its state now (a crash between a trial's records and its decisions is healed here)."""
         facts = getattr(source, "decision_facts", None)
         if source is None or facts is None:
@@ -248,8 +249,7 @@ class Driver:
     def _close_unstarted(self, ot, error: BaseException) -> None:
         """Close a trial asked but never started (its values could not be recorded): failed, or
         interrupted by Ctrl-C. The reserve is given up first: the error may be a full disk."""
-        if hasattr(self.rd, "release_reserve"):
-            self.rd.release_reserve()
+        self.rd.release_reserve()
         status = "failed" if isinstance(error, Exception) else INTERRUPTED
         with contextlib.suppress(Exception):  # the error being raised says what went wrong; a rerun closes the trial
             trial_states.tell(self.study, ot, status, None, traceback.format_exc(limit=3))
@@ -360,7 +360,7 @@ class Driver:
     def close_running(self) -> int:
         """Close every trial still in flight as interrupted (the driver is stopping); how many. On a full
         disk the run directory's reserve is given up first, so that the study can take the news."""
-        if self.running and hasattr(self.rd, "release_reserve"):
+        if self.running:
             self.rd.release_reserve()
         n = 0
         for trial in list(self.running.values()):

@@ -11,7 +11,7 @@ process alone asks, tells and writes the run directory: both are executors
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from nas_stab.config.schema import Spec
 from nas_stab.search import plan
@@ -20,10 +20,12 @@ from nas_stab.search.local_pool import WorkerPool, worker_threads
 from nas_stab.search.protocols import Executor, JobSource, Run
 
 if TYPE_CHECKING:  # types only: training.loop imports torch
+    from nas_stab.store.protocol import RunStore
     from nas_stab.training.loop import RunResult
 
 
-def run_local(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, source: JobSource | None = None) -> dict:
+def run_local(spec: Spec, rd: RunStore, *, trials: int | None = None, progress_stream: TextIO | None = None,
+              source: JobSource | None = None) -> dict:
     """Run every pending trial of `spec` into run directory `rd`. Returns status counts.
 
     `source` (a `protocols.JobSource`) replaces the grid or the sampler as where jobs come from.
@@ -72,7 +74,7 @@ class InProcess(Executor):
         return [(run, result, tb)]
 
 
-def _pooled(spec: Spec, driver) -> None:
+def _pooled(spec: Spec, driver: Driver) -> None:
     n = min(spec.runner.concurrency, driver.startable())
     if n <= 0:
         return
@@ -83,7 +85,7 @@ def _pooled(spec: Spec, driver) -> None:
 class Pooled(Executor):
     """`local_pool.WorkerPool` as a `protocols.Executor`: up to `limit` workers, one started only when a run needs it."""
 
-    def __init__(self, pool, limit: int, prune: bool):
+    def __init__(self, pool: WorkerPool, limit: int, prune: bool):
         self.pool, self.limit, self.prune = pool, limit, prune
 
     @property

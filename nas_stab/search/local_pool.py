@@ -37,6 +37,7 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import wait as wait_any
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,13 @@ from nas_stab.search import plan
 from nas_stab.search.records import FAULT_ENV
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import ForkServerContext
+    from multiprocessing.process import BaseProcess
+
     from nas_stab.config.schema import Spec
+    from nas_stab.search.plan import Prunable
+    from nas_stab.training.loop import Reporter, RunResult
 
 
 def worker_threads(spec: Spec, n: int) -> int:
@@ -60,7 +67,7 @@ class WorkerPool:
     Reports are fed to `trial` (an Optuna trial the driver asked) meanwhile.
     """
 
-    def __init__(self, spec: Spec, n: int, log=None):
+    def __init__(self, spec: Spec, n: int, log: Callable[[str], None] | None = None):
         self.spec = spec
         self.n = n
         self.log = log or (lambda line: None)
@@ -91,7 +98,8 @@ class WorkerPool:
         """Tags of the runs in progress."""
         return [w.busy[0] for w in self._workers if w.busy is not None]
 
-    def submit(self, tag, trial, params: dict, seed: int, resolved=None, *, offset: int = 0, prune: bool = False) -> None:
+    def submit(self, tag: object, trial: Prunable, params: dict, seed: int, resolved: Spec | None = None, *,
+               offset: int = 0, prune: bool = False) -> None:
         i, w = next((i, w) for i, w in enumerate(self._workers) if w.busy is None)
         if not w.process.is_alive():  # died while idle (killed from outside): a fresh one takes the run
             w.conn.close()
@@ -115,7 +123,7 @@ class WorkerPool:
                         done.append(finished)
         return done
 
-    def _serve(self, w: _Worker):
+    def _serve(self, w: _Worker) -> tuple[object, RunResult, str] | None:
         """Handle every message waiting on `w`'s pipe; (tag, result, tb) once its run finished."""
         assert w.busy is not None, "only a busy worker is served (wait)"
         tag, trial = w.busy
@@ -167,24 +175,24 @@ class WorkerPool:
             w.conn.close()
         self._workers = []
 
-    def __enter__(self):
+    def __enter__(self) -> WorkerPool:
         return self
 
-    def __exit__(self, exc_type, *_):
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.close(kill=exc_type is not None)
 
 
 PRELOAD = ["nas_stab.search.local_pool", "nas_stab.training.loop", "torch._dynamo", "torch.optim"]
 
 
-def _context():
+def _context() -> ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)  # takes effect when this process first starts the server
     return ctx
 
 
 class _Worker:
-    def __init__(self, process, conn):
+    def __init__(self, process: BaseProcess, conn: Connection):
         self.process = process
         self.conn = conn
         self.busy: tuple | None = None  # (tag, Optuna trial) of the run in progress
@@ -195,7 +203,7 @@ class _Worker:
 class _RemoteTrial:
     """The trial `plan.make_reporter` reports to, inside a worker: the driver's trial, over the pipe."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Connection):
         self.conn = conn
 
     def report(self, value: float, step: int) -> None:
@@ -208,7 +216,7 @@ class _RemoteTrial:
         except (EOFError, OSError):
             os._exit(0)  # the driver is gone: nothing is left to train for
 
-    def _send(self, msg) -> None:
+    def _send(self, msg: tuple) -> None:
         try:
             self.conn.send(msg)
         except (EOFError, OSError):
@@ -228,7 +236,7 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _worker_main(conn, spec: Spec, threads: int, fault: str = "") -> None:
+def _worker_main(conn: Connection, spec: Spec, threads: int, fault: str = "") -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch  # deferred: loads torch only when this runs
@@ -260,13 +268,13 @@ def _worker_main(conn, spec: Spec, threads: int, fault: str = "") -> None:
                 return
 
 
-def _fault_hook(reporter, fault: str):
+def _fault_hook(reporter: Reporter, fault: str) -> Reporter:
     """Test hook: NAS_STAB_FAULT=worker-kill:PATH makes the first worker to report (it creates PATH) SIGKILL itself."""
     if not fault.startswith("worker-kill:"):
         return reporter
     marker = fault.split(":", 1)[1]
 
-    def report(step, values) -> None:
+    def report(step: int, values: dict) -> None:
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
 from nas_stab.registry import Registry
 from nas_stab.textfmt import did_you_mean
+
+if TYPE_CHECKING:
+    import optuna
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine.interfaces import DBAPIConnection
+    from sqlalchemy.pool import ConnectionPoolEntry
+
+    from nas_stab.search.sweep_pruner import SweepPruner
 
 PRUNERS = Registry("pruner")
 SAMPLERS = Registry("sampler")
@@ -33,7 +41,7 @@ for _name, _cls, _doc in [
 @PRUNERS.register("sweep", optuna_class="nas_stab SweepPruner",
                   doc="within a learning-rate sweep only: prune when >= 3 other lrs of the same configuration are better "
                       "by a margin, never the best lr or its neighbours (options: min_better, margin, n_warmup_steps, lr_key)")
-def _sweep_pruner():
+def _sweep_pruner() -> type[SweepPruner]:
     from nas_stab.search.sweep_pruner import SweepPruner  # deferred: loads Optuna, NumPy only when this runs
 
     return SweepPruner
@@ -78,14 +86,14 @@ def _check_spec_pruner(spec: Spec) -> tuple[tuple, str] | None:
     return (("search", "pruner"), msg) if msg else None
 
 
-def _pruner_class(name: str):
+def _pruner_class(name: str) -> type[optuna.pruners.BasePruner]:
     import optuna  # deferred: loads Optuna only when this runs
 
     obj = PRUNERS.get(name)
     return getattr(optuna.pruners, obj) if isinstance(obj, str) else obj()
 
 
-def make_pruner(name: str, options: dict | None = None, *, lr_key: str | None = None):
+def make_pruner(name: str, options: dict | None = None, *, lr_key: str | None = None) -> optuna.pruners.BasePruner:
     """The pruner `name` with its options; `lr_key` (leaderboard.lr) is the sweep pruner's default learning rate."""
     kwargs = _pruner_kwargs(name, options or {})
     if name == "sweep" and lr_key is not None:
@@ -109,7 +117,7 @@ def default_population(trials: int | None) -> int:
     return max(2, min(NSGA2_DEFAULT_POPULATION, int(trials) // 4))
 
 
-def make_sampler(name: str, seed: int, *, population_size: int | None = None):
+def make_sampler(name: str, seed: int, *, population_size: int | None = None) -> optuna.samplers.BaseSampler:
     """The Optuna sampler `name` seeded with `seed`; `population_size`: nsga2's (None: Optuna's default)."""
     import optuna  # deferred: loads Optuna only when this runs
 
@@ -131,7 +139,8 @@ def objective_direction(spec: Spec) -> metrics.Direction:
     return metrics.direction(spec.search.objective) if d == "auto" else d
 
 
-def create_study(spec: Spec, storage: str, study_name: str | None = None, *, load_if_exists: bool = True):
+def create_study(spec: Spec, storage: str, study_name: str | None = None, *,
+                 load_if_exists: bool = True) -> optuna.Study:
     """The experiment's study: its sampler, pruner and storage."""
     import optuna  # deferred: loads Optuna only when this runs
 
@@ -148,7 +157,7 @@ def create_study(spec: Spec, storage: str, study_name: str | None = None, *, loa
     return study
 
 
-def resume_seed(study, name: str, seed: int) -> None:
+def resume_seed(study: optuna.Study, name: str, seed: int) -> None:
     """Reseed a resumed study's sampler with `seed` + its trial count.
 
     A sampler rebuilt with the experiment's seed draws its first values again: a random search
@@ -182,7 +191,7 @@ def make_storage(url: str) -> Any:
     return optuna.storages.RDBStorage(url)
 
 
-def _fast_sqlite(engine) -> None:
+def _fast_sqlite(engine: Engine) -> None:
     """SQLite in WAL mode with synchronous=NORMAL: a commit appends to the
     write-ahead log without an fsync. SQLite's defaults (a rollback journal,
     synchronous=FULL) cost several fsyncs per commit, and Optuna commits ~20
@@ -197,7 +206,7 @@ def _fast_sqlite(engine) -> None:
         return
     from sqlalchemy import event  # deferred: loads SQLAlchemy only when this runs
 
-    def on_connect(dbapi_conn, _record) -> None:
+    def on_connect(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")

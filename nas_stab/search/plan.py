@@ -10,13 +10,23 @@ from __future__ import annotations
 import math
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nas_stab.errors import SpecError
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
+    from nas_stab.training.loop import Checkpointer, Reporter, RunResult
+
+    class Prunable(Protocol):
+        """What `make_reporter` reports to: an Optuna trial, or a stand-in for one (the driver's `Run`, a worker's
+        `local_pool._RemoteTrial`)."""
+
+        def report(self, value: float, step: int) -> None: ...
+
+        def should_prune(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,7 @@ class Job:
     outer: int | None = field(default=None, compare=False)  # search.transfer: the outer trial's number
 
 
-def base_lookup(spec: Spec):
+def base_lookup(spec: Spec) -> Callable[[str], Any]:
     from nas_stab.config import get_key  # deferred: loads PyYAML only when this runs
 
     return lambda k: get_key(spec, k)
@@ -63,7 +73,7 @@ def grid_jobs(spec: Spec, *, resolved: dict | None = None) -> list[Job]:
     return jobs
 
 
-def try_resolve(spec: Spec, params: dict):
+def try_resolve(spec: Spec, params: dict) -> Spec | None:
     """The resolved spec, or None when the configuration is invalid (`run_job` then records why)."""
     from nas_stab.config import resolve  # deferred: loads PyYAML only when this runs
 
@@ -73,7 +83,7 @@ def try_resolve(spec: Spec, params: dict):
         return None
 
 
-def sampled_job(spec: Spec, trial_number: int, params: dict, seed: int, *, resolved=None) -> Job:
+def sampled_job(spec: Spec, trial_number: int, params: dict, seed: int, *, resolved: Spec | None = None) -> Job:
     from nas_stab.config import config_key  # deferred: loads PyYAML only when this runs
 
     r = resolved if resolved is not None else try_resolve(spec, params)
@@ -87,7 +97,7 @@ def steps_hint(spec: Spec) -> int:
     return t.steps if t.steps is not None else 10**7
 
 
-def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True):
+def make_reporter(trial: Prunable, objective: str, offset: int = 0, *, prune: bool = True) -> Reporter:
     """Report the objective to Optuna at each evaluation; raise Pruned when told.
 
     `prune=False` (pruner `none`) skips `should_prune()`: Optuna's NopPruner
@@ -106,7 +116,8 @@ def make_reporter(trial, objective: str, offset: int = 0, *, prune: bool = True)
     return report
 
 
-def run_job(spec: Spec, params: dict, seed: int, reporter=None, checkpoint=None, *, resolved=None):
+def run_job(spec: Spec, params: dict, seed: int, reporter: Reporter | None = None,
+            checkpoint: Checkpointer | None = None, *, resolved: Spec | None = None) -> tuple[RunResult, str]:
     """Resolve (unless `resolved` is given) and train one job; an exception becomes a `failed` result."""
     from nas_stab.config import resolve  # deferred: loads PyYAML only when this runs
     from nas_stab.training.loop import RunResult, train_run  # deferred: loads torch, PyYAML, NumPy only when this runs
@@ -125,7 +136,7 @@ def run_job(spec: Spec, params: dict, seed: int, reporter=None, checkpoint=None,
         return RunResult("failed", error=f"{type(e).__name__}: {e}", wall_s=time.perf_counter() - t0), tb
 
 
-def make_row(spec: Spec, job: Job, result, optuna_number: int | None) -> dict[str, Any]:
+def make_row(spec: Spec, job: Job, result: RunResult, optuna_number: int | None) -> dict[str, Any]:
     """One trials.csv row (docs/metrics.md)."""
     from nas_stab.config import get_key  # deferred: loads PyYAML only when this runs
 
@@ -160,7 +171,7 @@ def run_value(spec: Spec, results: list) -> float | None:
     return sum(vals) / len(vals)
 
 
-def ends_trial(result) -> bool:
+def ends_trial(result: RunResult) -> bool:
     """The seed policy: a trial's seeds train in order, and a seed that does not complete
     (pruned, diverged, failed) ends the trial; the driver and the Ray worker both follow it."""
     return result.status != "complete"

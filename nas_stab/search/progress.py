@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from nas_stab import metrics
 from nas_stab.textfmt import duration
 
 if TYPE_CHECKING:
+    from rich.console import Group
+
     from nas_stab.config.schema import Spec
 
 
@@ -47,7 +49,8 @@ def _short(v: Any) -> str:
 class Progress:
     """Counts by status, best so far, time left; live on a terminal, plain lines otherwise."""
 
-    def __init__(self, spec: Spec, total: int | None, done_before: int = 0, stream=None, live: bool | None = None):
+    def __init__(self, spec: Spec, total: int | None, done_before: int = 0, stream: TextIO | None = None,
+                 live: bool | None = None):
         self.spec = spec
         self.total = total
         # a search whose runs are decided as results come in (bracket, adaptive seeds): its expected runs in
@@ -147,7 +150,7 @@ class Progress:
         return (f"[{done}/{shown}] complete {c['complete']}  pruned {c['pruned']}  diverged {c['diverged']}  "
                 f"failed {c['failed']} | {best} | {duration(elapsed, clock=True)} elapsed{left}")
 
-    def _render(self):
+    def _render(self) -> Group:
         from rich.console import Group  # deferred: loads rich only when this runs
         from rich.table import Table  # deferred: loads rich only when this runs
         from rich.text import Text  # deferred: loads rich only when this runs

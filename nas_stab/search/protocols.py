@@ -50,7 +50,7 @@ class JobSource(Protocol):
       known, the runs expected in all, and notes on the estimate, for the display;
     - ``decision_facts: dict`` and ``decisions(records: Sequence[dict]) -> list[dict]``: a source
       that decides as results come in says what it decided (its state as events,
-      `search/decisions.py`); the driver appends what changed to the run directory's
+      `store/decisions.py`); the driver appends what changed to the run directory's
       ``decisions.jsonl`` after each trial, for the leaderboard and `nas-stab status`;
     - ``suggest(trial: optuna.Trial, base: Callable[[str], Any]) -> None``: record an enqueued
       job's values in its Optuna trial, when they may lie outside the space's grid (else

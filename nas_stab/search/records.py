@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
+    from nas_stab.store.protocol import RunStore
 
 FAULT_ENV = "NAS_STAB_FAULT"  # test hook: "kill@N" or "enospc@N" (see write_records)
 _fault_calls = [0]
@@ -55,7 +56,7 @@ def in_trial_order(rows) -> bool:
 class Records:
     """Every recorded trials.csv row by key, and the writes that keep the run directory in step."""
 
-    def __init__(self, rd, spec: Spec, rows: dict):
+    def __init__(self, rd: RunStore, spec: Spec, rows: dict):
         self.rd, self.spec, self.rows = rd, spec, rows
         self.added = 0
         self.in_order = in_trial_order(rows.values())  # False after a kill between an append and the final sort

@@ -1,6 +1,6 @@
 """The decisions of a search replayed from its records, for a run directory made before searches recorded them.
 
-A search that decides as results come in writes ``decisions.jsonl`` as it goes (`search/decisions.py`). A run
+A search that decides as results come in writes ``decisions.jsonl`` as it goes (`store/decisions.py`). A run
 directory made before that (or a published table rebuilt from its ``trials.csv``) has none; `upgrade` replays
 the job source on the records, once, and writes the file with ``replayed: true``. The replay is the job
 source itself (`BracketSource`, `AdaptiveSeeds`) run on the records; the only difficulty is the keys: a key
@@ -20,11 +20,11 @@ from typing import Any
 from nas_stab.analysis.values import fmt_value
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
-from nas_stab.search.decisions import DECISIONS, DecisionLog, needs_decisions, read_decisions
 from nas_stab.search.plan import Job, base_lookup
 from nas_stab.search.sources.adaptive import AdaptiveSeeds
 from nas_stab.search.sources.bracket import BracketSource
 from nas_stab.search.sources.transfer import architecture, inner_sweeps, outer_dims, study_name
+from nas_stab.store.decisions import DECISIONS, DecisionLog, needs_decisions, read_decisions
 
 _MAX_ROUNDS = 10_000
 

@@ -18,15 +18,20 @@ import socket
 import threading
 import time
 import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.errors import RunError
+
+if TYPE_CHECKING:
+    import optuna
 
 ATTR = "nas_stab_driver"
 BEAT = 30.0  # seconds between refreshes
 STALE = 300.0  # another host's driver without a refresh for this long is presumed gone
 
 
-def _alive(held, now: float) -> bool:
+def _alive(held: object, now: float) -> bool:
     if not isinstance(held, dict) or not held.get("token"):
         return False
     if held.get("host") == socket.gethostname():
@@ -46,13 +51,13 @@ def _alive(held, now: float) -> bool:
 class StudyLock:
     """The study held by this driver (see the module docstring); `release` when the driver ends."""
 
-    def __init__(self, study, run_dir, url: str):
+    def __init__(self, study: optuna.Study, run_dir: str | Path, url: str):
         self.study, self.url = study, url
         self.me = {"host": socket.gethostname(), "pid": os.getpid(), "run_dir": str(run_dir), "token": uuid.uuid4().hex}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _held(self):
+    def _held(self) -> Any:  # a study user attribute: whatever was stored
         return self.study.user_attrs.get(ATTR)
 
     def acquire(self) -> StudyLock:
@@ -68,7 +73,7 @@ class StudyLock:
         self._thread.start()
         return self
 
-    def _refusal(self, held) -> str:
+    def _refusal(self, held: object) -> str:
         held = held if isinstance(held, dict) else {}
         return (f"the study {self.study.study_name!r} in {self.url} is in use by another nas-stab driver "
                 f"(host {held.get('host')}, pid {held.get('pid')}, run directory {held.get('run_dir')}); "

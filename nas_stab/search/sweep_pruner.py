@@ -67,7 +67,7 @@ class SweepPruner(optuna.pruners.BasePruner):
         return better >= self.min_better
 
 
-def _num(v) -> float | None:
+def _num(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)

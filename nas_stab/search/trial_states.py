@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nas_stab.errors import RunError
 from nas_stab.search.study_lock import StudyLock
 
 if TYPE_CHECKING:
+    import optuna
+
     from nas_stab.config.schema import Spec
+    from nas_stab.store.protocol import RunStore
 
 INTERRUPTED = "interrupted"
 
@@ -22,18 +26,18 @@ INTERRUPTED = "interrupted"
 class _TrialAttrs:
     """Sets user attributes of a trial by number, through a storage handle of our own (public API)."""
 
-    def __init__(self, study, url: str):
+    def __init__(self, study: optuna.Study, url: str):
         from nas_stab.search.optuna_study import make_storage  # deferred: loads PyYAML only when this runs
 
         self.storage = make_storage(url)  # the same database as the study's: only RUNNING trials are written
         self.study_id = self.storage.get_study_id_from_name(study.study_name)
 
-    def set(self, number: int, key: str, value) -> None:
+    def set(self, number: int, key: str, value: Any) -> None:
         trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
         self.storage.set_trial_user_attr(trial_id, key, value)
 
 
-def open_study(spec: Spec, rd):
+def open_study(spec: Spec, rd: RunStore) -> tuple[optuna.Study, dict[str, dict], StudyLock | None]:
     """The run's Optuna study, reconciled with trials.csv, the runs it records by key, and the study's
     lock (`study_lock.StudyLock`, None for the run directory's own study.db: the run directory's lock
     covers it).
@@ -80,7 +84,7 @@ def open_study(spec: Spec, rd):
     return study, rows, lock
 
 
-def tell_recorded(spec: Spec, study, rows: dict, attrs: _TrialAttrs) -> int:
+def tell_recorded(spec: Spec, study: optuna.Study, rows: dict, attrs: _TrialAttrs) -> int:
     """Tell each RUNNING trial whose rows are all in trials.csv the state its rows give."""
     from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
@@ -110,7 +114,7 @@ def tell_recorded(spec: Spec, study, rows: dict, attrs: _TrialAttrs) -> int:
     return n
 
 
-def sampled_remaining(spec: Spec, study, rows: dict, target: int, log) -> int:
+def sampled_remaining(spec: Spec, study: optuna.Study, rows: dict, target: int, log: Callable[[str], None]) -> int:
     """How many trials a sampler still asks for; finished trials without rows are trained again.
 
     A trial finished in the study whose rows never reached trials.csv (an older
@@ -137,12 +141,13 @@ def sampled_remaining(spec: Spec, study, rows: dict, target: int, log) -> int:
     return remaining
 
 
-def cleanup_study(study, attrs: _TrialAttrs) -> int:
+def cleanup_study(study: optuna.Study, attrs: _TrialAttrs) -> int:
     """No trial is ever left running: trials a killed driver left RUNNING or
     WAITING are closed as FAIL (user attr status=interrupted). Returns how many."""
     from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
     n = 0
+    t: optuna.trial.FrozenTrial | optuna.trial.Trial  # the trials left RUNNING, then those asked to close the WAITING
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         attrs.set(t.number, "status", INTERRUPTED)
         study.tell(t.number, state=TrialState.FAIL)
@@ -155,7 +160,8 @@ def cleanup_study(study, attrs: _TrialAttrs) -> int:
     return n
 
 
-def tell(study, trial, status: str, value: float | None, error: str = "", *, set_attr=None) -> None:
+def tell(study: optuna.Study, trial: optuna.trial.Trial | int, status: str, value: float | None, error: str = "", *,
+         set_attr: Callable[..., None] | None = None) -> None:
     """Close an Optuna trial (a `Trial`, or a trial number with `set_attr(key, value)`) with the
     state matching the run's status.
 
@@ -165,7 +171,9 @@ def tell(study, trial, status: str, value: float | None, error: str = "", *, set
     """
     from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
-    set_attr = set_attr or trial.set_user_attr
+    if set_attr is None:
+        assert not isinstance(trial, int), "a trial number comes with its set_attr"
+        set_attr = trial.set_user_attr
     set_attr("status", status)
     if error:
         set_attr("error", error[:2000])

@@ -41,15 +41,21 @@ import json
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.tune.search import Searcher
 
 from nas_stab.config.schema import Spec
-from nas_stab.search.driver import WAIT
+from nas_stab.search.driver import WAIT, Driver
 from nas_stab.search.ray.faces import BridgeScheduler, BridgeSearcher
 from nas_stab.search.ray.trial import KIND, decode_result, finite
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from nas_stab.search.ray.trial import Board
+    from nas_stab.training.loop import RunResult
 
 START_RETRIES = 2  # worker failures of a trial before it reported anything that do not spend runner.max_failures
 
@@ -85,7 +91,8 @@ class OptunaBridge:
         trial_config: settings every trial gets in ``config["nas"]`` (threads, checkpoint_every).
     """
 
-    def __init__(self, spec: Spec, driver, *, board=None, log: Callable = print, trial_config: dict | None = None):
+    def __init__(self, spec: Spec, driver: Driver, *, board: ActorHandle[Board] | None = None, log: Callable = print,
+                 trial_config: dict | None = None):
         self.spec = spec
         self.driver = driver
         self.offset = driver.offset  # step offset between the seeds of a sampled trial in its intermediate values
@@ -100,7 +107,7 @@ class OptunaBridge:
 
     # ---------------------------------------------------------- searcher side
 
-    def suggest(self, trial_id: str):
+    def suggest(self, trial_id: str) -> dict | str | None:
         """The next trial's config for Tune; Searcher.FINISHED when no more will come, None: not now.
 
         A trial Tune gave up while the failure budget allows another attempt (`on_error`) comes first,
@@ -165,7 +172,7 @@ class OptunaBridge:
         live.trial.results = [(res, tb) for res, tb, _ in results]
         self.driver.finish(live.trial)  # the records reach disk before Optuna is told
 
-    def _synthesize(self, live: Live, error: bool):  # error: the only other case
+    def _synthesize(self, live: Live, error: bool) -> RunResult:  # error: the only other case
         """The record of a run that ended without sending its RunResult."""
         from nas_stab.training.loop import RunResult  # deferred: loads torch only when this runs
 
@@ -229,6 +236,7 @@ class OptunaBridge:
         return "CONTINUE"
 
     def _tell_board(self, trial_id: str) -> None:
+        assert self.board is not None, "on_result stops the trial itself when there is no board"
         try:
             ray.get(self.board.tell_stop.remote(trial_id), timeout=60)
         except Exception as e:  # the STOP fallback in on_result still applies

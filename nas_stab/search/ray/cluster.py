@@ -13,7 +13,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,9 @@ from nas_stab.search.ray import loopback as ray_loopback
 from nas_stab.search.ray import procs as ray_procs
 
 if TYPE_CHECKING:
-    from nas_stab.config.schema import Spec
+    from types import ModuleType
+
+    from nas_stab.config.schema import RunnerConfig, Spec
 
 
 def check_reachable(address: str, timeout: float = 60.0) -> None:
@@ -80,7 +82,7 @@ def is_client_address(address: str | None) -> bool:
     return address is not None and address.startswith("ray://")
 
 
-def check_client_storage(runner) -> None:
+def check_client_storage(runner: RunnerConfig) -> None:
     """Under Ray Client, trial checkpoints cannot go to the default <run dir>/ray: it is on this machine.
 
     A trial saving a checkpoint writes it to `runner.storage` from its worker; Ray refuses a path the
@@ -112,7 +114,7 @@ def check_fits(res: dict, *, started_here: bool, log: Callable) -> None:
     log(f"warning: {msg}; trials wait until the cluster adds such a node")
 
 
-def trial_resources(runner) -> dict:
+def trial_resources(runner: RunnerConfig) -> dict:
     """Per-trial resources, with the documented default {cpu: 1, gpu: 0}."""
     res = {"cpu": 1.0, "gpu": 0.0}
     for k, v in (runner.resources or {}).items():
@@ -140,7 +142,7 @@ class LocalRay:
 
 
 @contextlib.contextmanager
-def ray_session(runner, log: Callable = print, pid_file: Path | None = None):
+def ray_session(runner: RunnerConfig, log: Callable = print, pid_file: Path | None = None) -> Iterator[LocalRay]:
     """Use the Ray this process is already connected to, join `runner.address` (``auto``, ``host:port``,
     or ``ray://host:port`` through Ray Client), or start a local Ray.
 
@@ -243,7 +245,7 @@ def connect_client(addr: str, connect: Callable, log: Callable = print, sleep: C
             (sleep or time.sleep)(CLIENT_BACKOFF_S * attempt)
 
 
-def _cluster_summary(ray) -> str:
+def _cluster_summary(ray: ModuleType) -> str:
     res = ray.cluster_resources()
     nodes = len([n for n in ray.nodes() if n.get("Alive")])
     return f"{nodes} node(s), {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU"

@@ -30,11 +30,16 @@ import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import ray
 import ray._private.ray_constants as constants
 import ray._private.worker as worker
 from ray._private import services
+
+if TYPE_CHECKING:
+    from ray.tune import RunConfig, TuneConfig
+    from ray.tune.impl.tuner_internal import TrainableType, TunerInternal
 
 TESTED = ("2.60", "2.61")  # Ray versions >= the first and < the second (pyproject.toml: ray>=2.60,<2.61)
 VERIFIED_ON = "2.60.0"  # the Ray every workaround below was verified on
@@ -71,7 +76,7 @@ if _message:
 # ---------------------------------------------------------------- Tune under Ray Client
 
 
-def local_tuner(trainable, *, tune_config, run_config):
+def local_tuner(trainable: TrainableType, *, tune_config: TuneConfig, run_config: RunConfig) -> TunerInternal:
     """A Tuner whose driver loop runs in this process although it is a Ray Client.
 
     Works around: `tune.Tuner` under Ray Client (`ray.util.client.ray.is_connected()`) moves its
@@ -152,7 +157,7 @@ def node_ip_is_loopback() -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = old
 
 
-def init_on_loopback(**kwargs) -> None:
+def init_on_loopback(**kwargs: Any) -> None:
     """`ray.init(**kwargs)` with this process's Ray node on 127.0.0.1 (started or joined).
 
     Works around: `ray.init` has no public argument for the IP of the node it starts or joins

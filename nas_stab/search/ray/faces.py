@@ -4,17 +4,20 @@ checkpoint carries no bridge (the driver keeps the only one)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
+if TYPE_CHECKING:
+    from ray.tune.execution.tune_controller import TuneController
+
 
 class OptunaBridge(Protocol):
     """What the faces ask of `bridge.OptunaBridge` (which builds them)."""
 
-    def suggest(self, trial_id: str): ...
+    def suggest(self, trial_id: str) -> dict | str | None: ...
 
     def complete(self, trial_id: str, result: dict | None, error: bool) -> None: ...
 
@@ -49,10 +52,11 @@ class BridgeSearcher(_Face, Searcher):
         _Face.__init__(self, bridge)
         Searcher.__init__(self, metric=None, mode=None)
 
-    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True
 
-    def suggest(self, trial_id: str):
+    # Searcher.FINISHED is a str, which Ray's own annotation (Optional[Dict]) leaves out
+    def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
         return self.bridge.suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -81,19 +85,19 @@ class BridgeScheduler(_Face, FIFOScheduler):
         _Face.__init__(self, bridge)
         FIFOScheduler.__init__(self)
 
-    def set_search_properties(self, metric, mode, **spec) -> bool:
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
         return True
 
-    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+    def on_trial_result(self, tune_controller: TuneController, trial: Trial, result: dict) -> str:
         decision = self.bridge.on_result(trial.trial_id, result)
         return TrialScheduler.STOP if decision == "STOP" else TrialScheduler.CONTINUE
 
-    def on_trial_error(self, tune_controller, trial) -> None:
+    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
         # Tune calls this after stopping a trial it retries (status ERROR, then requeued as PENDING), and
         # before giving one up (still RUNNING, or PENDING: a failure while it waited to start)
         self.bridge.on_error(trial.trial_id, _error_message(trial), final=trial.status != Trial.ERROR)
 
-    def choose_trial_to_run(self, tune_controller):
+    def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """FIFO, except that a trial given up (`OptunaBridge.on_error`) that Tune requeued is stopped
         instead: the bridge then records it failed."""
         for trial in list(tune_controller.get_trials()):
@@ -111,7 +115,7 @@ class BridgeScheduler(_Face, FIFOScheduler):
         pass
 
 
-def _error_message(trial) -> str:
+def _error_message(trial: Trial) -> str:
     """The last failure recorded in a Tune trial's error file, shortened."""
     try:
         p = Path(trial.error_file) if trial.error_file else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -50,7 +51,7 @@ def is_loopback(address: str | None) -> bool:
     return bool(address and host_of(address) in LOOPBACK)
 
 
-def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwargs) -> str:
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwargs: Any) -> str:
     """Connect this process to Ray; returns what it did ("started" or "joined ADDRESS").
 
     `address` None starts a local Ray bound to 127.0.0.1; a loopback address

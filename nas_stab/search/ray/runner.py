@@ -32,9 +32,9 @@ import datetime as _dt
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO, cast
 
 from nas_stab.errors import Interrupted
 from nas_stab.search.driver import Driver
@@ -43,14 +43,21 @@ from nas_stab.search.ray.cluster import check_client_storage, check_fits, ray_se
 from nas_stab.search.ray.trial import Board, trial_main
 
 if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+    from ray.tune import Tuner
+    from ray.tune.impl.tuner_internal import TunerInternal
+
     from nas_stab.config.schema import Spec
+    from nas_stab.search.ray.bridge import OptunaBridge
+    from nas_stab.search.ray.trial import Board
+    from nas_stab.store.protocol import RunStore
 
 PIDS_FILE = ".local_ray.pids"  # the processes of a local Ray this driver started (see ray_procs)
 CLIENT_STAGING = ".ray_client"  # Tune's driver staging dir under Ray Client (see _ray_compat.driver_staging_here)
 
 
-def run_ray(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, run_fn: Callable | None = None,
-            source: JobSource | None = None) -> dict:
+def run_ray(spec: Spec, rd: RunStore, *, trials: int | None = None, progress_stream: TextIO | None = None,
+            run_fn: Callable | None = None, source: JobSource | None = None) -> dict:
     """Run every pending trial of `spec` on Ray Tune into run directory `rd`. Returns status counts.
 
     `run_fn` replaces `plan.run_job` in the workers (tests use toy runs); `source` (a
@@ -69,7 +76,7 @@ def run_ray(spec: Spec, rd, *, trials: int | None = None, progress_stream=None, 
     return counts
 
 
-def _run_tune(spec: Spec, rd, driver, run_fn) -> None:
+def _run_tune(spec: Spec, rd: RunStore, driver: Driver, run_fn: Callable | None) -> None:
     """One Tune experiment on the Ray session: the trials the driver gives, trained until it has no more."""
     check_client_storage(spec.runner)
     with ray_session(spec.runner, log=rd.log, pid_file=rd.path / PIDS_FILE) as local_ray:
@@ -95,19 +102,19 @@ def _run_tune(spec: Spec, rd, driver, run_fn) -> None:
         _remove_experiment(storage_path, name)
 
 
-def _board():
+def _board() -> ActorHandle[Board]:
     """The trials' shared `ray_trial.Board` actor, on this node (soft affinity)."""
     import ray  # deferred: loads Ray only when this runs
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # deferred: loads Ray only when this runs
 
-    return (
+    return cast("ActorHandle[Board]", (  # a handle: Ray's annotation (ActorProxy) also admits the class itself
         ray.remote(num_cpus=0)(Board)
         .options(scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
         .remote()
-    )
+    ))
 
 
-def _experiment(spec: Spec, rd) -> tuple[str, str]:
+def _experiment(spec: Spec, rd: RunStore) -> tuple[str, str]:
     """(name, storage path) of a fresh Tune experiment; without `runner.storage`, the earlier ones under
     <run dir>/ray are removed first: Tune experiments of interrupted runs are scratch (nas_stab resumes from
     trials.csv)."""
@@ -119,7 +126,8 @@ def _experiment(spec: Spec, rd) -> tuple[str, str]:
     return name, storage_path
 
 
-def _tuner(spec: Spec, bridge, board, res: dict, run_fn, name: str, storage_path: str, client: bool):
+def _tuner(spec: Spec, bridge: OptunaBridge, board: ActorHandle[Board], res: dict, run_fn: Callable | None, name: str,
+           storage_path: str, client: bool) -> Tuner | TunerInternal:
     """The Tune experiment: `ray_trial.trial_main` per trial, the bridge as searcher and scheduler."""
     from ray import tune  # deferred: loads Ray only when this runs
 
@@ -151,7 +159,8 @@ def _tuner(spec: Spec, bridge, board, res: dict, run_fn, name: str, storage_path
     )
 
 
-def _fit(tuner, bridge, board, driver, rd, client: bool) -> bool:
+def _fit(tuner: Tuner | TunerInternal, bridge: OptunaBridge, board: ActorHandle[Board], driver: Driver, rd: RunStore,
+         client: bool) -> bool:
     """Run the experiment; True if it ended cleanly (every trial finished, none left to give). The trials
     left unfinished are closed as interrupted, and the board is killed, however it ends."""
     import ray  # deferred: loads Ray only when this runs
@@ -182,7 +191,7 @@ def _remove_experiment(storage_path: str, name: str) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_tune():
+def _quiet_tune() -> Iterator[None]:
     """No per-trial result.json/progress.csv/TensorBoard files: the driver writes the records."""
     keys = {
         "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",

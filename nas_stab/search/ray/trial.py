@@ -38,7 +38,10 @@ from typing import TYPE_CHECKING, Any
 from nas_stab.search import plan
 
 if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
     from nas_stab.config.schema import Spec
+    from nas_stab.training.loop import RunResult
 
 KIND = "nas_kind"
 CKPT_FILE = "nas_state.pt"
@@ -60,7 +63,7 @@ class Board:
 # ---------------------------------------------------------------- (de)serializing results
 
 
-def encode_result(result, tb: str = "", resumed_from: int | None = None) -> str:
+def encode_result(result: RunResult, tb: str = "", resumed_from: int | None = None) -> str:
     """A RunResult as JSON (NaN and inf kept: Python's json round-trips them)."""
     return json.dumps(
         {
@@ -79,7 +82,7 @@ def encode_result(result, tb: str = "", resumed_from: int | None = None) -> str:
     )
 
 
-def decode_result(text: str):
+def decode_result(text: str) -> tuple[RunResult, str, int | None]:
     """(RunResult, traceback text, resumed_from step or None) from `encode_result`."""
     from nas_stab.training.loop import RunResult  # deferred: loads torch, PyYAML, NumPy only when this runs
 
@@ -150,7 +153,8 @@ def load_tune_checkpoint() -> dict | None:
 # ---------------------------------------------------------------- the trainable
 
 
-def trial_main(config: dict, *, spec: Spec, board=None, cwd: str | None = None, run_fn: Callable | None = None) -> None:
+def trial_main(config: dict, *, spec: Spec, board: ActorHandle[Board] | None = None, cwd: str | None = None,
+               run_fn: Callable | None = None) -> None:
     """Ray Tune function trainable: train this trial's job(s) and report to the driver.
 
     `config["nas"]` (made by the driver's searcher) holds ``params``,
@@ -226,7 +230,8 @@ def _node_id() -> str:
         return ""
 
 
-def _reporter(objective: str, offset: int, board, trial_id: str):
+def _reporter(objective: str, offset: int, board: ActorHandle[Board] | None,
+              trial_id: str) -> Callable[[int, dict], None]:
     """train_run's reporter: send the evaluation to the driver, then obey its decision."""
     from ray import tune  # deferred: loads Ray only when this runs
 
@@ -248,7 +253,7 @@ def _reporter(objective: str, offset: int, board, trial_id: str):
     return report
 
 
-def _told_to_stop(board, trial_id: str) -> bool:
+def _told_to_stop(board: ActorHandle[Board], trial_id: str) -> bool:
     import ray  # deferred: loads Ray only when this runs
 
     try:

@@ -104,13 +104,13 @@ class AdaptiveSeeds:
 
     @property
     def decision_facts(self) -> dict[str, Any]:
-        """The start event's facts (`search/decisions.py`): its decisions are a function of every record."""
+        """The start event's facts (`store/decisions.py`): its decisions are a function of every record."""
         sweeps = len(self.inner.sweeps) if self.mode.kind == "bracket" else None
         return {"source": "adaptive", "sweeps": sweeps, "complete": True}
 
     def decisions(self, records: Sequence[dict]) -> list[dict[str, Any]]:
         """The current stage as a ``stage`` event (``runs: []``: over) and, around a bracket search, each sweep's
-        state (`search/decisions.py`)."""
+        state (`store/decisions.py`)."""
         recs = {str(r.get("key")): r for r in records}
         got = self.stage(recs)
         out = self.inner.decisions(records) if self.mode.kind == "bracket" else []

@@ -60,9 +60,9 @@ from nas_stab.analysis.settings import dataset_classes
 from nas_stab.analysis.table import analyze
 from nas_stab.config import config_key
 from nas_stab.config.schema import Spec
-from nas_stab.search.decisions import sweep_event
 from nas_stab.search.plan import Job, base_lookup, try_resolve
 from nas_stab.search.sources.registry import JOB_SOURCES
+from nas_stab.store.decisions import sweep_event
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
 # octaves: two learning rates this close are the same point. Not tighter: `log_grid` rounds its values to
@@ -193,11 +193,11 @@ class BracketSource:
 
     @property
     def decision_facts(self) -> dict[str, Any]:
-        """The start event's facts (`search/decisions.py`): its decisions are a function of every record."""
+        """The start event's facts (`store/decisions.py`): its decisions are a function of every record."""
         return {"source": "bracket", "sweeps": len(self.sweeps), "complete": True}
 
     def decisions(self, records: Sequence[dict]) -> list[dict[str, Any]]:
-        """Each sweep's state as a ``sweep`` event (`search/decisions.py`); an ended sweep with the keys of its
+        """Each sweep's state as a ``sweep`` event (`store/decisions.py`); an ended sweep with the keys of its
         recorded runs (every seed's, further seeds of adaptive seeds included where recorded)."""
         recs = {str(r.get("key")): r for r in records}
         out = []

@@ -210,14 +210,14 @@ class TransferSource:
 
     @property
     def decision_facts(self) -> dict[str, Any]:
-        """The start event's facts (`search/decisions.py`): the sweeps of each outer trial (one per size), the
+        """The start event's facts (`store/decisions.py`): the sweeps of each outer trial (one per size), the
         outer trials planned. Its decisions cover the outer trials scored by this process and the open ones, so
         a run directory's are complete only when its first driver started it."""
         return {"source": "transfer", "sweeps": len(self.sizes) if self.bracket else None, "outer_planned": self.target}
 
     def decisions(self, records: Sequence[dict]) -> list[dict[str, Any]]:
         """The outer trials this source scored (``outer`` events) and, with inner: bracket, the last state of the
-        sweeps of those and the state of every sweep of the open ones (`search/decisions.py`)."""
+        sweeps of those and the state of every sweep of the open ones (`store/decisions.py`)."""
         out = list(self._events)
         if self.bracket:
             for n in sorted(self.active):

@@ -34,7 +34,7 @@ import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.analysis.settings import settings as analysis_settings
-from nas_stab.analysis.table import analyze
+from nas_stab.analysis.table import Analysis, analyze
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
@@ -88,7 +88,7 @@ def as_stored(spec: Spec, rows: Sequence[dict]) -> pd.DataFrame:
     return df
 
 
-def analyze_rows(spec: Spec, rows: Sequence[dict], *, n_boot: int = 1000):
+def analyze_rows(spec: Spec, rows: Sequence[dict], *, n_boot: int = 1000) -> Analysis:
     """The leaderboard's analysis of one outer trial's runs (one row: compare left out)."""
     return analyze(as_stored(spec, rows), n_boot=n_boot, **settings(spec))
 
@@ -132,7 +132,7 @@ def evaluate(spec: Spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict
     return [v for v in values if v is not None], attrs, ""  # every one (nothing missing)
 
 
-def _num(v) -> float | None:
+def _num(v: Any) -> float | None:
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -140,6 +140,6 @@ def _num(v) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _key(v) -> str:
+def _key(v: Any) -> str:
     f = _num(v)
     return f"{f:g}" if f is not None else str(v)

@@ -24,7 +24,7 @@ import io
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -35,13 +35,12 @@ from nas_stab.config.load import with_earlier_defaults
 from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
 from nas_stab.errors import RunError
-from nas_stab.results.atomic import atomic_write
-from nas_stab.results.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
-from nas_stab.results.rundir_meta import git_commit, invocation, meta_for, spec_changes
-from nas_stab.results.tensorboard import write_rows
+from nas_stab.store.atomic import atomic_write
+from nas_stab.store.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
+from nas_stab.store.rundir_meta import git_commit, invocation, meta_for, spec_changes
 
 if TYPE_CHECKING:
-    from nas_stab.results.tracking import Tracking
+    from collections.abc import Callable, Sequence
 
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
@@ -51,6 +50,23 @@ FIXED_TAIL = ["max_update_ratio", "loss_spikes", "steps", "wall_s", "train_s", "
 TIMING_COLUMNS = ("wall_s", "train_s", "measure_s")  # seconds: the only columns two runs of the same job may differ in
 
 
+class RecordView(Protocol):
+    """A view of the records kept beside the run directory (TensorBoard logs, an MLflow or W&B run: `results/views.py`):
+    told of each run once its record is on disk, and of the end of the search. A view never stops a search: it says
+    its failures in log.txt and in `finish`'s list."""
+
+    def runs(self, new_rows: list[dict[str, Any]], searched: Sequence[str], task_kind: str) -> None:
+        """Runs just recorded in trials.csv."""
+        ...
+
+    def finish(self, files: dict[str, Path] | None, path: Path) -> list[str]:
+        """The end of a search (`files`: the leaderboard's): what is still to log; its failures."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
 class RunDir:
     """An experiment's run directory, opened for writing by one driver."""
 
@@ -58,8 +74,7 @@ class RunDir:
         self.path = Path(path)
         self._lock: io.TextIOWrapper | None = None  # log.txt, open and locked (_acquire)
         self._header: list[str] | None = None  # trials.csv's columns, once this driver has written it
-        self.tensorboard = False  # write TensorBoard logs of each recorded run (logging.tensorboard)
-        self.tracking: Tracking | None = None  # tracking.Tracking of logging.tracking (MLflow, W&B), or None
+        self.views: list[RecordView] = []  # told of each recorded run (`RecordView`: TensorBoard, MLflow, W&B)
 
     # -- opening ---------------------------------------------------------------
     @staticmethod
@@ -80,11 +95,14 @@ class RunDir:
         return earlier if earlier is not None and spec_hash(earlier) == stored else spec
 
     @classmethod
-    def open(cls, out_root: str | Path, spec: Spec, *, fresh: bool = False, data_note: str = "") -> RunDir:
+    def open(cls, out_root: str | Path, spec: Spec, *, fresh: bool = False, data_note: str = "",
+             views: Callable[[Spec, RunDir], Sequence[RecordView]] | None = None) -> RunDir:
         """Create or reopen `out_root/<spec.name>`; refuse a changed spec unless `fresh`.
 
         With `fresh`, an existing directory is moved aside to
-        `<name>.old-<timestamp>` (never deleted: nothing a user ran is lost).
+        `<name>.old-<timestamp>` (never deleted: nothing a user ran is lost). `views(spec, rd)`: the views
+        of its records to keep (`nas_stab.results.views.record_views`: the experiment's TensorBoard logs and
+        tracking), opened once the directory is locked.
         """
         try:
             root = Path(os.path.expanduser(str(out_root))).resolve()
@@ -136,10 +154,8 @@ class RunDir:
         except OSError as e:
             rd._release()
             raise RunError(f"cannot create {path / 'history'}: {e.strerror or e}") from None
-        rd.tensorboard = spec.logging.tensorboard
-        from nas_stab.results.tracking import open_tracking  # deferred: loads pandas, NumPy only when this runs
-
-        rd.tracking = open_tracking(spec, path, rd.read_meta(), rd.log)
+        if views is not None:
+            rd.views = list(views(spec, rd))
         rd.repair()
         rd.reserve()
         return rd
@@ -255,9 +271,9 @@ class RunDir:
             self._lock = None
 
     def close(self) -> None:
-        if self.tracking is not None:
-            self.tracking.close()
-            self.tracking = None
+        for v in self.views:
+            v.close()
+        self.views = []
         if self._lock is not None:
             self.release_reserve()  # held only while the driver runs
         self._release()
@@ -312,8 +328,7 @@ class RunDir:
         cols = set(header or ())
         if rewrite or header is None or not p.exists() or any(k not in cols for r in new_rows for k in r):
             self.write_trials(rows, searched, task_kind)
-            self._tensorboard(new_rows, searched, task_kind)
-            self._track(new_rows)
+            self._view(new_rows, searched, task_kind)
             return
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
@@ -323,32 +338,18 @@ class RunDir:
             f.write(buf.getvalue())
             f.flush()
             os.fsync(f.fileno())
-        self._tensorboard(new_rows, searched, task_kind)
-        self._track(new_rows)
+        self._view(new_rows, searched, task_kind)
 
-    def _tensorboard(self, new_rows: list[dict[str, Any]], searched: Iterable[str], task_kind: str) -> None:
-        """TensorBoard logs of runs whose records are on disk; a view, so a failure is logged, never raised."""
-        if not self.tensorboard or not new_rows:
-            return
-
-        try:
-            write_rows(self.path, new_rows, list(searched), task_kind)
-        except Exception as e:  # the records are written; the view must not stop the run
-            self.log(f"tensorboard: could not write logs ({type(e).__name__}: {e}); nas-stab tensorboard {self.path} retries")
-
-    def _track(self, new_rows: list[dict[str, Any]]) -> None:
-        """The runs whose records are on disk, into MLflow / W&B (logging.tracking); like TensorBoard's logs
-        a view of the records, so a failure is a line in log.txt (Tracking.runs never raises)."""
-        if self.tracking is not None and new_rows:
-            self.tracking.runs(new_rows)
+    def _view(self, new_rows: list[dict[str, Any]], searched: Iterable[str], task_kind: str) -> None:
+        """The views of the records (TensorBoard, MLflow, W&B) told of runs whose records are on disk."""
+        if new_rows:
+            for v in self.views:
+                v.runs(new_rows, list(searched), task_kind)
 
     def track_end(self, files: dict[str, Path] | None = None) -> list[str]:
-        """The end of a search: the runs tracking has not logged yet, then the leaderboard files; the
+        """The end of a search: each view logs what it has not yet (the runs, then the leaderboard files); the
         failures, as logged."""
-        if self.tracking is None:
-            return []
-        self.tracking.finish(files, self.path)
-        return list(self.tracking.failures)
+        return [line for v in self.views for line in v.finish(files, self.path)]
 
     def write_history(self, run_id: str, history: list[dict[str, float]]) -> None:
         cols: list[str] = ["step", "train_loss", "lr"]
