@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 from nas_stab import gcsetup
 from nas_stab.config.mode import search_mode
@@ -56,8 +56,11 @@ from nas_stab.search.trial_states import INTERRUPTED
 from nas_stab.store.decisions import DECISIONS, DecisionLog
 
 if TYPE_CHECKING:
+    import optuna
+
     from nas_stab.config.schema import Spec
     from nas_stab.store.protocol import RunStore
+    from nas_stab.training.loop import RunResult
 
 
 class _Wait:
@@ -71,7 +74,7 @@ WAIT = _Wait()  # nothing to start now: ask again when a trial finishes
 class Trial:
     """One Optuna trial in flight: its jobs (one per seed, trained in order), and their results so far."""
 
-    def __init__(self, ot, jobs: list[Job], params: dict):
+    def __init__(self, ot: optuna.Trial, jobs: list[Job], params: dict):
         self.ot, self.jobs, self.params = ot, jobs, params
         self.results: list[tuple] = []  # (RunResult, traceback text) per job trained, in order
         self.closed = False  # told Optuna its final state
@@ -97,7 +100,7 @@ class Trial:
 class Run:
     """One job of a trial, handed to an executor; its reports go to the trial and the progress display."""
 
-    def __init__(self, trial: Trial, index: int, offset: int, progress):
+    def __init__(self, trial: Trial, index: int, offset: int, progress: Progress):
         self.trial, self.index, self.offset, self._progress = trial, index, offset, progress
         self.job: Job = trial.jobs[index]
         self.resolved = self.job.resolved
@@ -118,7 +121,7 @@ class Driver:
     """
 
     def __init__(self, spec: Spec, rd: RunStore, *, trials: int | None = None, source: JobSource | None = None,
-                 progress_stream=None, live: bool | None = None):
+                 progress_stream: TextIO | None = None, live: bool | None = None):
         self.spec, self.rd = spec, rd
         self.study, rows, self.study_lock = trial_states.open_study(spec, rd)
         try:
@@ -127,7 +130,8 @@ class Driver:
             self._release_study()
             raise
 
-    def _start(self, spec: Spec, rd: RunStore, rows, trials, source, progress_stream, live) -> None:
+    def _start(self, spec: Spec, rd: RunStore, rows: dict[str, dict], trials: int | None, source: JobSource | None,
+               progress_stream: TextIO | None, live: bool | None) -> None:
         self.records = Records(rd, spec, rows)
         self.prune = spec.search.pruner.name != "none"
         self._over_budget_told = False  # log.txt names the first run whose measurements took over twice the budget
@@ -180,10 +184,11 @@ class Driver:
 
     def _record_decisions(self, log: DecisionLog | None = None) -> None:
         log = log or self.decision_log
-        if log is None:
+        decisions = getattr(self.source, "decisions", None)
+        if log is None or decisions is None:
             return
         try:
-            log.update(self.source.decisions(list(self.records.rows.values())))
+            log.update(decisions(list(self.records.rows.values())))
         except OSError as e:  # a full disk: the records are written; the next trial's update writes these too
             self.rd.log(f"decisions.jsonl not written ({e}); the next update writes them")
 
@@ -212,11 +217,11 @@ class Driver:
         assert self.remaining is not None, "a sampled search counts its trials"
         return self.remaining
 
-    def next_trial(self):
+    def next_trial(self) -> Trial | _Wait | None:
         """The next Optuna trial to train (a `Trial`), `WAIT` (nothing now), or None (nothing more)."""
         spec, study = self.spec, self.study
         if self.source is None:
-            if self.asked >= self.remaining:
+            if self.asked >= self._sampled():
                 return None
             ot = study.ask()
             self.asked += 1
@@ -229,7 +234,7 @@ class Driver:
             trial = Trial(ot, [plan.sampled_job(spec, ot.number, params, s, resolved=resolved) for s in spec.seeds], params)
         else:
             job = self._next_job()
-            if job is None or job is WAIT:
+            if job is None or isinstance(job, _Wait):
                 return job
             study.enqueue_trial(job.params, user_attrs={"key": job.key, "seed": job.seed, "trial": job.trial})
             ot = study.ask()
@@ -246,7 +251,7 @@ class Driver:
         self.running[ot.number] = trial
         return trial
 
-    def _close_unstarted(self, ot, error: BaseException) -> None:
+    def _close_unstarted(self, ot: optuna.Trial, error: BaseException) -> None:
         """Close a trial asked but never started (its values could not be recorded): failed, or
         interrupted by Ctrl-C. The reserve is given up first: the error may be a full disk."""
         self.rd.release_reserve()
@@ -254,20 +259,21 @@ class Driver:
         with contextlib.suppress(Exception):  # the error being raised says what went wrong; a rerun closes the trial
             trial_states.tell(self.study, ot, status, None, traceback.format_exc(limit=3))
 
-    def next_run(self):
+    def next_run(self) -> Run | _Wait | None:
         """The first run of the next trial (a `Run`), `WAIT`, or None: for executors."""
         trial = self.next_trial()
-        return trial if trial is None or trial is WAIT else self._run(trial, 0)
+        return trial if trial is None or isinstance(trial, _Wait) else self._run(trial, 0)
 
-    def _pending(self):
+    def _pending(self) -> list[Job] | None:
+        assert self.source is not None, "a job source's search"
         running = {j.key for t in self.running.values() for j in t.jobs}
         got = self.source.pending(list(self.records.rows.values()), running)
         return None if got is None else [j for j in got if j.key not in running]
 
-    def _fresh(self, got):
+    def _fresh(self, got: list[Job] | None) -> list[Job] | None:
         return None if got is None else [j for j in got if j.key not in self.records.rows]
 
-    def _next_job(self):
+    def _next_job(self) -> Job | _Wait | None:
         if self._no_more:
             return None
         if self._waiting:
@@ -288,7 +294,7 @@ class Driver:
 
     # ------------------------------------------------------------------ telling
 
-    def run_done(self, run: Run, result, tb: str = "") -> Run | None:
+    def run_done(self, run: Run, result: RunResult, tb: str = "") -> Run | None:
         """A run finished: the trial's next run (seed policy), or None once the trial is recorded and told."""
         trial = run.trial
         trial.results.append((result, tb))
@@ -318,7 +324,7 @@ class Driver:
         for row in rows:
             self.rd.log(self.progress.update(row))
 
-    def _check_budget(self, job, result) -> None:
+    def _check_budget(self, job: Job, result: RunResult) -> None:
         """One line in log.txt, the first time a run's measurements took more than twice stability.budget."""
         budget = self.spec.stability.budget
         train, measure = getattr(result, "train_s", 0.0), getattr(result, "measure_s", 0.0)
@@ -396,7 +402,7 @@ class Driver:
                 check_termination()  # a SIGTERM whose raise was dropped (errors.request_termination): every record is written
                 while executor.idle:
                     run = self.next_run()
-                    if run is None or run is WAIT:
+                    if run is None or isinstance(run, _Wait):
                         break
                     executor.submit(run)
                 if not executor.busy:

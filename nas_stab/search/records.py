@@ -10,17 +10,19 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
     from nas_stab.store.protocol import RunStore
+    from nas_stab.training.loop import RunResult
 
 FAULT_ENV = "NAS_STAB_FAULT"  # test hook: "kill@N" or "enospc@N" (see write_records)
 _fault_calls = [0]
 
 
-def write_records(write) -> None:
+def write_records(write: Callable[[], None]) -> None:
     """Call `write()`, which puts a finished trial's records on disk (fsynced), before Optuna is told.
 
     Test hook: with NAS_STAB_FAULT=kill@N this process SIGKILLs itself right after
@@ -40,10 +42,10 @@ def write_records(write) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def in_trial_order(rows) -> bool:
+def in_trial_order(rows: Iterable[Mapping[str, Any]]) -> bool:
     """Whether trials.csv rows are in (trial, seed) order: appended rows are in the order runs
     finished, and the driver sorts the file once at the end (not done by a killed driver)."""
-    def num(v) -> int:
+    def num(v: Any) -> int:
         try:
             return int(v)
         except (TypeError, ValueError):
@@ -61,7 +63,7 @@ class Records:
         self.added = 0
         self.in_order = in_trial_order(rows.values())  # False after a kill between an append and the final sort
 
-    def save(self, new_rows: list[dict], results) -> None:
+    def save(self, new_rows: list[dict], results: Sequence[RunResult]) -> None:
         """A finished trial's history files and trials.csv rows, on disk (fsynced) before Optuna is told."""
         rd, rows = self.rd, self.rows
 

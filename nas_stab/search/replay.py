@@ -12,6 +12,7 @@ learning rate within 1e-4 octave) and seed, round by round, and the events name 
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from nas_stab.search.plan import Job, base_lookup
 from nas_stab.search.sources.adaptive import AdaptiveSeeds
 from nas_stab.search.sources.bracket import BracketSource
 from nas_stab.search.sources.transfer import architecture, inner_sweeps, outer_dims, study_name
+from nas_stab.space import Dimension
 from nas_stab.store.decisions import DECISIONS, DecisionLog, needs_decisions, read_decisions
 
 _MAX_ROUNDS = 10_000
@@ -165,8 +167,7 @@ def _transfer(spec: Spec, records: list[dict[str, Any]], lr_key: str, run_dir: P
     for n, mine in sorted(by_outer.items()):
         # the outer trial's architecture as its runs recorded it: the replay only needs it to tell its sweeps apart
         # (one per size) and to key their runs consistently
-        first = mine[0]
-        arch = architecture(dims, base, lambda d, first=first: first.get(d.key))
+        arch = architecture(dims, base, functools.partial(_recorded, mine[0]))
         events += _bracket(BracketSource(spec, sweeps=inner_sweeps(spec, arch), outer=n), mine, lr_key)
     events += _scored_outer_trials(spec, run_dir)
     sizes = spec.space.values_of(spec.space.get(spec.leaderboard.transfer))
@@ -191,6 +192,10 @@ def _scored_outer_trials(spec: Spec, run_dir: Path | None) -> list[dict[str, Any
                 if t.state.name in ("COMPLETE", "FAIL") and t.user_attrs.get("status") != "interrupted"]
     except Exception:
         return []
+
+
+def _recorded(record: dict[str, Any], d: Dimension) -> Any:
+    return record.get(d.key)
 
 
 def _log2(v: Any) -> float | None:

@@ -134,10 +134,10 @@ def check_trials(trials: pd.DataFrame, spec: Spec, tpath: Path) -> None:
     if missing:
         raise RunError(f"{tpath}: no column {missing[0]!r} (every run records its seed, status and searched keys)")
 
-    def line(mask) -> int:
+    def line(mask: pd.Series) -> int:
         return int(mask.to_numpy().nonzero()[0][0]) + 2
 
-    def cell(v) -> str:
+    def cell(v: Any) -> str:
         return "an empty cell" if pd.isna(v) else repr(v.item() if hasattr(v, "item") else v)
 
     status = trials["status"]

@@ -40,7 +40,7 @@ from nas_stab.store.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, sto
 from nas_stab.store.rundir_meta import git_commit, invocation, meta_for, spec_changes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 RESERVE = ".reserve"  # room held back while a driver runs, given up to close its trials on a full disk
 RESERVE_BYTES = 128 * 1024
@@ -78,7 +78,7 @@ class RunDir:
 
     # -- opening ---------------------------------------------------------------
     @staticmethod
-    def adopt_earlier_defaults(out_root: str | Path, spec: Spec):
+    def adopt_earlier_defaults(out_root: str | Path, spec: Spec) -> Spec:
         """The spec to run: `spec` itself, or, when `out_root/<name>` holds a run of this experiment
         made before one of its defaults changed (config.load.CHANGED_DEFAULTS) and the experiment
         leaves that key unset, `spec` with the earlier default, the run directory's value (its hash
@@ -242,7 +242,7 @@ class RunDir:
 
     @classmethod
     @contextlib.contextmanager
-    def lock(cls, path: Path):
+    def lock(cls, path: Path) -> Iterator[RunDir]:
         """Hold an existing run directory's lock for a command that rewrites part of it (`nas-stab
         tensorboard`): a driver running there makes it refuse, and no driver starts meanwhile."""
         rd = cls(Path(path))
@@ -278,10 +278,10 @@ class RunDir:
             self.release_reserve()  # held only while the driver runs
         self._release()
 
-    def __enter__(self):
+    def __enter__(self) -> RunDir:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- files ------------------------------------------------------------------

@@ -25,7 +25,7 @@ import pandas as pd
 
 from nas_stab.analysis import more_seeds
 from nas_stab.analysis.settings import settings as analysis_settings
-from nas_stab.analysis.table import analyze
+from nas_stab.analysis.table import Analysis, analyze
 from nas_stab.config import config_key
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
@@ -174,7 +174,7 @@ class AdaptiveSeeds:
         return job
 
 
-def _analysis(spec: Spec, rows: list[dict]):
+def _analysis(spec: Spec, rows: list[dict]) -> Analysis:
     """The leaderboard's analysis of `rows` (trials.csv row dicts), on the values as trials.csv stores them, with
     the experiment's `leaderboard:` settings; the records keep each run's key."""
     cfg = analysis_settings(spec)

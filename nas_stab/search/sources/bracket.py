@@ -50,9 +50,9 @@ Example (what a driver does; `records` are trials.csv row dicts)::
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -63,6 +63,9 @@ from nas_stab.config.schema import Spec
 from nas_stab.search.plan import Job, base_lookup, try_resolve
 from nas_stab.search.sources.registry import JOB_SOURCES
 from nas_stab.store.decisions import sweep_event
+
+if TYPE_CHECKING:
+    import optuna
 
 MAX_POINTS = 1000  # learning rates per sweep at most; Job.trial = sweep index * MAX_POINTS + point index
 # octaves: two learning rates this close are the same point. Not tighter: `log_grid` rounds its values to
@@ -222,7 +225,7 @@ class BracketSource:
             n += pts * len(self.seeds)
         return n if self.limit is None else min(n, self.limit)
 
-    def suggest(self, trial, base) -> dict:
+    def suggest(self, trial: optuna.Trial, base: Callable[[str], Any]) -> dict:
         """Record a bracket job's enqueued values in its Optuna trial (the `grid=True` suggest of the
         space, the learning rate with a log-scaled distribution over `lr_limits`)."""
         params: dict[str, Any] = {}

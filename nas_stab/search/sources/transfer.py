@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nas_stab.config import config_key
@@ -54,6 +54,9 @@ from nas_stab.search.plan import Job, base_lookup, try_resolve
 
 if TYPE_CHECKING:
     import optuna  # deferred: loads Optuna only when this runs
+
+    from nas_stab.search.sources.bracket import BracketSource
+    from nas_stab.space import Dimension
 
 MAX_POINTS = 1000  # inner grid points (sizes x lrs) at most
 
@@ -75,14 +78,14 @@ def inner_sweeps(spec: Spec, arch: dict) -> list[tuple[dict, list[float]]]:
     return [({**rest, lb.transfer: s}, start) for s in spec.space.values_of(spec.space.get(lb.transfer))]
 
 
-def outer_dims(spec: Spec, lr_key: str | None = None) -> list:
+def outer_dims(spec: Spec, lr_key: str | None = None) -> list[Dimension]:
     """The dimensions of an outer trial: the searched keys other than the lr (`leaderboard.lr`, or
     `lr_key`) and the size (`leaderboard.transfer`), in the space's order."""
     skip = (lr_key or spec.leaderboard.lr, spec.leaderboard.transfer)
     return [d for d in spec.space if d.key not in skip]
 
 
-def architecture(dims: list, base, value) -> dict:
+def architecture(dims: list[Dimension], base: Callable[[str], Any], value: Callable[[Dimension], Any]) -> dict:
     """An outer trial's values: `value(d)` for each dimension that is active given the values before
     it (and `base(key)`, the base spec, for the keys not searched). The one rule both the search
     (`value` suggests) and the leaderboard (`value` reads a run's record) apply."""
@@ -97,7 +100,7 @@ def study_name(spec: Spec) -> str:
     return f"{spec.name}/transfer"
 
 
-def open_outer_study(spec: Spec, storage_url: str):
+def open_outer_study(spec: Spec, storage_url: str) -> optuna.Study:
     """The outer study (created on first use): the sampler of `search.sampler`, one direction per objective."""
     import optuna  # deferred: loads Optuna only when this runs
 
@@ -116,7 +119,7 @@ def open_outer_study(spec: Spec, storage_url: str):
 POPULATION_ATTR = "nsga2_population_size"  # a user attribute of the outer study: the population it was made with
 
 
-def outer_population(spec: Spec, study) -> int:
+def outer_population(spec: Spec, study: optuna.Study) -> int:
     """nsga2's individuals per generation in the outer study: `search.population_size`; unset, the
     one the study was made with (its user attribute `POPULATION_ATTR`), so a resumed search keeps
     it. A new study records it (the default rule `optuna_study.default_population` of
@@ -143,7 +146,7 @@ class TransferSource:
     default `search.trials`.
     """
 
-    def __init__(self, spec: Spec, limit: int | None = None, *, storage: str, log=None):
+    def __init__(self, spec: Spec, limit: int | None = None, *, storage: str, log: Callable[[str], None] | None = None):
         from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
         self.spec, self.log = spec, log or (lambda msg: None)
@@ -154,7 +157,7 @@ class TransferSource:
             raise ValueError(f"search.transfer: {len(self.points)} sizes x learning rates; at most {MAX_POINTS}")
         self.bracket = search_mode(spec).inner_bracket  # each size's lr bracketed (search.transfer.inner: bracket)
         self.sizes = list(spec.space.values_of(spec.space.get(self.size_key)))
-        self._brackets: dict[int, object] = {}  # outer number -> its BracketSource (inner: bracket)
+        self._brackets: dict[int, BracketSource] = {}  # outer number -> its BracketSource (inner: bracket)
         self.outer_dims = outer_dims(spec)
         self._base = base_lookup(spec)
         target = limit if limit is not None else spec.search.trials
@@ -224,7 +227,7 @@ class TransferSource:
                 out += self.bracket_source(n).decisions(records)
         return out
 
-    def suggest(self, trial, base) -> dict:
+    def suggest(self, trial: optuna.Trial, base: Callable[[str], Any]) -> dict:
         """Record an inner job's values in its trial of the run's study: the inner grid as a grid
         point's, the architecture's with its own (continuous) distribution."""
         params: dict[str, Any] = {}
@@ -257,7 +260,7 @@ class TransferSource:
             self._jobs[n] = got
         return got
 
-    def bracket_source(self, n: int):
+    def bracket_source(self, n: int) -> BracketSource:
         """inner: bracket: the BracketSource of outer trial n (its sweeps: one per size)."""
         src = self._brackets.get(n)
         if src is None:
@@ -290,7 +293,7 @@ class TransferSource:
             return []
         return [j for j in missing if j.key not in running]
 
-    def _lookup(self, params: dict):
+    def _lookup(self, params: dict) -> Callable[[str], Any]:
         return lambda k: params[k] if k in params else self._base(k)
 
     def _ask(self) -> int:
@@ -330,7 +333,7 @@ class TransferSource:
     def _arch_text(self, n: int, rows: list[dict]) -> str:
         return " ".join(f"{d.key.split('.')[-1]}={rows[0].get(d.key)!s:.6}" for d in self.outer_dims if rows)
 
-    def _tell_number(self, n: int, values, attrs: dict) -> None:
+    def _tell_number(self, n: int, values: Sequence[float] | None, attrs: dict) -> None:
         from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
         ot = self._trials.pop(n, None)
