@@ -33,9 +33,9 @@ from republish import experiment_data, spec_file  # noqa: E402
 from nas_stab.analysis.claim_verdicts import evaluate  # noqa: E402
 from nas_stab.analysis.claims import load_claims  # noqa: E402
 from nas_stab.analysis.power import MAX_SEEDS  # noqa: E402
-from nas_stab.analysis.settings import CLASSES  # noqa: E402
 from nas_stab.analysis.values import fill_base, fmt_value, lookup  # noqa: E402
 from nas_stab.csvsafe import csv_cell  # noqa: E402
+from nas_stab.data import DATASETS  # noqa: E402
 
 BOARDS = ROOT / "leaderboards"
 README = BOARDS / "README.md"
@@ -147,6 +147,15 @@ def shared_seeds(claim, confirm: pd.DataFrame, trials: pd.DataFrame | None) -> l
     return sorted(seen & set(pd.to_numeric(confirm["seed"], errors="coerce").dropna().astype(int)))
 
 
+def _classes(spec: dict) -> int | None:
+    """The class count of the table's dataset (its registry entry: chance level and the no-learning loss)."""
+    name = str(lookup(spec, "task.dataset.name"))
+    if lookup(spec, "task.kind") == "classification" and name in DATASETS:
+        n = DATASETS.entry(name).info.get("classes")
+        return (lookup(spec, "task.dataset.classes") or 10) if n == "option" else n
+    return None
+
+
 def judge(table: Path, declared: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
     """The claims of one table directory, judged (columns of `claim_verdicts.COLUMNS` plus ``table`` and the
     declaration columns: ``declared`` before the data yes / no / unknown, ``declared_in``, ``data_from``, and
@@ -157,7 +166,7 @@ def judge(table: Path, declared: dict[tuple[str, str], str] | None = None) -> pd
     claims = load_claims(table / "claims.yaml")
     spec = experiment_data(spec_file(table.name))
     metric = lookup(spec, "leaderboard.metric") or lookup(spec, "search.objective") or "val_acc"
-    classes = CLASSES.get(str(lookup(spec, "task.dataset.name"))) if lookup(spec, "task.kind") == "classification" else None
+    classes = _classes(spec)
     names = {"trials", "probe_slopes", "leaderboard"} | {n for c in claims for n in c.runs}
     files = {n: pd.read_csv(table / f"{n}.csv") for n in names if (table / f"{n}.csv").is_file()}
     keys = [lookup(spec, "leaderboard.lr") or "train.lr", *{k for c in claims for k in (*c.a, *c.b)}]

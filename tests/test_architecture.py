@@ -73,10 +73,11 @@ def module_graph() -> dict[str, dict[str, list[str]]]:
     return graph
 
 
-# the only modules that import by name (importlib), and why: config's check hooks load the components that register
-# checks the first time a group is asked for (a plugin host: config names them, never imports them), and
-# results' package exports load their module on first use (the CLI's start-up time)
-IMPORTLIB_SITES = {"nas_stab/config/hooks.py", "nas_stab/results/__init__.py"}
+# the only modules that import by name (importlib), and why: the registries load a declared component's module the
+# first time it is used (registry.py: validating an experiment reads the entries, never loads torch), config's check
+# hooks load the components that register checks the first time a group is asked for (a plugin host: config names
+# them, never imports them), and results' package exports load their module on first use (the CLI's start-up time)
+IMPORTLIB_SITES = {"nas_stab/registry.py", "nas_stab/config/hooks.py", "nas_stab/results/__init__.py"}
 
 
 def _importlib_sites() -> set[str]:
@@ -194,13 +195,31 @@ def test_the_leaderboard_and_status_read_the_search_s_decisions_and_replay_no_jo
     assert users and all(a.startswith(("nas_stab.cli", "nas_stab.search")) for a in users), users
 
 
+def test_validating_an_experiment_loads_only_what_its_components_need():
+    """A three-line spec validated in a fresh interpreter: its dataset's and model's registry entries and checks,
+    no implementation (torch, NumPy), no Optuna without a pruner, no pandas, no tracking backend."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom nas_stab.config import loads_spec\n"
+            "loads_spec('name: x\\ntask: {dataset: {name: digits}}\\nmodel: {arch: mlp_resnet}\\n')\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'numpy', 'optuna', 'pandas', 'sklearn', 'ray', 'mlflow', 'wandb') or m.startswith('nas_stab.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    heavy = [m for m in out if not m.startswith("nas_stab.")]
+    assert not heavy, heavy
+    loaded = {_unit(m) for m in out}
+    assert loaded <= {"config", "data", "models", "registry", "space", "errors", "textfmt", "metrics"}, loaded
+    assert not [m for m in out if m in ("nas_stab.models.mlp", "nas_stab.data.tabular", "nas_stab.models.parametrization")]
+
+
 def test_checks_that_need_a_component_are_registered_by_it():
     from nas_stab.config import hooks
 
     names = {g: [c.__name__ for c in hooks.checks(g)] for g in hooks.GROUPS}
     assert names["config"] == ["check_dataset", "check_model"]
     assert names["transfer"] == ["check_objectives"] and names["search"] and names["tracking"]
-    for module in hooks.PROVIDERS:  # each provider imports config's hooks, config never imports it
+    for module in (m for group in hooks.PROVIDERS.values() for m in group):  # each imports config's hooks, never the reverse
         assert module.startswith("nas_stab.") and _unit(module) != "config"
 
 

@@ -52,9 +52,9 @@ def test_an_mlp_learns_it_and_stays_below_its_ceiling(tmp_path):
 
     acc = float(pd.read_csv(tmp_path / "runs" / "m1d" / "trials.csv")["val_acc"].iloc[0])
     assert 0.3 < acc < 0.9, acc  # far above chance (0.1), far from saturated
-    from nas_stab.analysis.settings import CLASSES
+    from nas_stab.data import DATASETS
 
-    assert CLASSES["mnist1d"] == 10  # chance and the no-learning loss are known to the leaderboard
+    assert DATASETS.entry("mnist1d").info["classes"] == 10  # chance and the no-learning loss are known to the leaderboard
 
 
 @pytest.mark.parametrize("size", [9])

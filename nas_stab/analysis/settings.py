@@ -9,18 +9,10 @@ from typing import Any
 
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import LeaderboardConfig, Spec
+from nas_stab.data.catalog import dataset_classes
 from nas_stab.errors import SpecError
 
-CLASSES = {"digits": 10, "mnist": 10, "mnist1d": 10, "cifar10": 10, "cifar100": 100}  # class counts of the fixed datasets
 _DEFAULTS = LeaderboardConfig()
-
-
-def dataset_classes(spec: Spec) -> int | None:
-    """The class count of a classification run's dataset (None when unknown: imagefolder, translation)."""
-    if spec.task.kind != "classification":
-        return None
-    ds = spec.task.dataset
-    return ds.classes if ds.name == "synthetic" else CLASSES.get(ds.name)
 
 
 def settings(spec: Spec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:

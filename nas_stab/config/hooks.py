@@ -8,9 +8,9 @@ objectives, a tracking backend its package. Each registers a check here when its
     def check_model(spec) -> tuple[tuple, str] | None:  # (key path, reason) or None
         ...
 
-`config.rules` runs the checks of a group in registration order. The modules that register are named in
-`PROVIDERS` and imported by name the first time a group is asked for, the way a plugin host loads its
-plugins: config names them, it does not import them, and they import config (never the reverse).
+`config.rules` runs the checks of a group in the order of its providers. The modules that register are named in
+`PROVIDERS`, per group, and imported by name the first time that group is asked for, the way a plugin host loads
+its plugins: config names them, it does not import them, and they import config (never the reverse).
 """
 from __future__ import annotations
 
@@ -20,12 +20,19 @@ from typing import Any
 
 Check = Callable[[Any], "tuple[tuple, str] | None"]  # spec -> (key path, reason) or None
 
-GROUPS = ("config", "search", "transfer", "tracking")  # one configuration; search; search.transfer; logging.tracking
-PROVIDERS = ("nas_stab.data", "nas_stab.models", "nas_stab.search.optuna_study",
-             "nas_stab.search.sources.transfer_objectives", "nas_stab.results.tracking")
+# each group's providers, in the order their checks run: a group's modules are loaded the first time that group is
+# asked for, so validating an experiment loads only what its sections need (no Optuna without a pruner, no tracking
+# backend's module without logging.tracking, no transfer objectives without search.transfer)
+PROVIDERS: dict[str, tuple[str, ...]] = {
+    "config": ("nas_stab.data", "nas_stab.models"),  # one configuration: its dataset and model
+    "search": ("nas_stab.search.optuna_study",),  # the pruner and its options
+    "transfer": ("nas_stab.search.sources.transfer_objectives",),  # search.transfer's objectives
+    "tracking": ("nas_stab.results.tracking",),  # logging.tracking's packages
+}
+GROUPS = tuple(PROVIDERS)
 
 _CHECKS: dict[str, dict[str, Check]] = {g: {} for g in GROUPS}
-_loaded = False
+_loaded: set[str] = set()
 
 
 def register(group: str, name: str) -> Callable[[Check], Check]:
@@ -41,17 +48,17 @@ def register(group: str, name: str) -> Callable[[Check], Check]:
 
 
 def checks(group: str) -> list[Check]:
-    """The checks of `group`, every provider loaded, in the order of `PROVIDERS` (not the order the modules
+    """The checks of `group`, its providers loaded, in the order of `PROVIDERS[group]` (not the order the modules
     happened to be imported in: which problem is reported first must not depend on it)."""
-    global _loaded
-    if not _loaded:
-        for module in PROVIDERS:
+    providers = PROVIDERS[group]
+    if group not in _loaded:
+        for module in providers:
             importlib.import_module(module)
-        _loaded = True
+        _loaded.add(group)
 
     def provider(fn: Check) -> int:
         module = getattr(fn, "__module__", "")
-        return next((i for i, p in enumerate(PROVIDERS) if module == p or module.startswith(p + ".")), len(PROVIDERS))
+        return next((i for i, p in enumerate(providers) if module == p or module.startswith(p + ".")), len(providers))
 
     return sorted(_CHECKS[group].values(), key=provider)
 

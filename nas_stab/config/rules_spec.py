@@ -63,7 +63,8 @@ def _check_search(spec: Spec, ctx: Ctx) -> None:
         raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
     _check_bracket(spec, ctx)
     _check_adaptive_seeds(spec, ctx)
-    problem = hooks.first_problem("search", spec)  # the pruner and its options (nas_stab.search.optuna_study)
+    no_pruner = s.pruner.name == "none" and not s.pruner.options
+    problem = None if no_pruner else hooks.first_problem("search", spec)  # the pruner (nas_stab.search.optuna_study)
     if problem:
         key, msg = problem
         raise ctx.error(key, msg)
@@ -239,6 +240,8 @@ def _check_storage(url, ctx: Ctx) -> None:
 def _check_tracking(spec: Spec, ctx: Ctx) -> None:
     """logging.tracking names backends whose packages are installed: a missing one is one error before
     anything trains, not a failure logged after every run."""
+    if spec.logging.tracking == "none":
+        return  # (no backend's module loaded)
     problem = hooks.first_problem("tracking", spec)  # nas_stab.results.tracking
     if problem:
         key, msg = problem

@@ -15,11 +15,7 @@ from typing import Any
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
-from nas_stab.data import (  # importing a dataset module registers its datasets
-    tabular,  # noqa: F401
-    text,  # noqa: F401
-    vision,  # noqa: F401
-)
+from nas_stab.data import catalog  # noqa: F401 - the built-in datasets' entries (their loaders load on first use)
 from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
 
 __all__ = ["DATASETS", "DataInfo", "check_dataset", "load_dataset", "resolve_root", "reuse_loaded", "cache_dir"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nas_stab.data.base import DATASETS, DataInfo, resolve_root
+from nas_stab.data.base import DataInfo, resolve_root
 from nas_stab.data.safeio import read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError
@@ -35,7 +35,6 @@ def _make(cfg, name, x, y, classes, source, test=None, note=""):
                       normalize=cfg.normalize)
 
 
-@DATASETS.register("digits", task="classification", doc="scikit-learn's bundled 8x8 digits (1,797 images)")
 def load_digits(cfg, device):
     from sklearn.datasets import load_digits as sk_digits  # deferred: loads scikit-learn only when this runs
 
@@ -46,7 +45,6 @@ def load_digits(cfg, device):
     return _make(cfg, "digits", x, y, 10, "digits").to(device)
 
 
-@DATASETS.register("synthetic", task="classification", doc="generated learnable classes: prototypes plus noise")
 def load_synthetic(cfg, device):
     g = torch.Generator().manual_seed(1000 + cfg.split_seed)
     shape = tuple(cfg.shape)
@@ -61,9 +59,6 @@ def load_synthetic(cfg, device):
 MNIST1D_SEED = 42  # the generator seed of the published MNIST-1D (its default): size 5000 gives the paper's data set
 
 
-@DATASETS.register("mnist1d", task="classification",
-                   doc="MNIST-1D (Greydanus and Kobak, ICML 2024): 1-D digit signals of 40 samples, generated offline "
-                       "by the mnist1d package; `size` examples, 80% train (val carved from it), 20% test")
 def load_mnist1d(cfg, device):
     """MNIST-1D made procedurally by the `mnist1d` package (no download): ten 1-D templates padded, translated,
     sheared, scaled and noised into `size` signals of length 40. The generator seeds Python's and numpy's global
@@ -143,7 +138,6 @@ def _mnist_pair(root: Path, prefix: str, required: bool):
     return xi, yl
 
 
-@DATASETS.register("mnist", task="classification", doc="MNIST from IDX files in root (plain, mnist/ or MNIST/raw/)")
 def load_mnist(cfg, device):
     root = resolve_root(cfg.root)
     train = _mnist_pair(root, "train", required=False)

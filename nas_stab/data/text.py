@@ -29,8 +29,7 @@ from typing import Protocol
 
 import torch
 
-from nas_stab.config.schema import Spec
-from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
+from nas_stab.data.base import DataInfo, cache_dir, resolve_root
 from nas_stab.data.safeio import read_capped
 from nas_stab.errors import DataError
 
@@ -254,7 +253,6 @@ def _multi30k_file(root: Path, stem: str, lang: str) -> Path:
     return _find([d / f"{stem}.{lang}{ext}" for d in dirs for ext in ("", ".gz")], f"multi30k file {stem}.{lang}[.gz]")
 
 
-@DATASETS.register("multi30k", task="translation", doc="Multi30k: {train,val,test_2016_flickr}.{src,tgt}[.gz] in root (or root/multi30k)")
 def load_multi30k(cfg, device):
     root = resolve_root(cfg.root)
     pairs = {}
@@ -278,19 +276,6 @@ def _user_path(root: Path, p: str) -> Path:
     raise DataError(f"text_pairs file {p} not found; looked for {', '.join(str(c) for c in cands)}")
 
 
-def _check_text_pairs(spec: Spec):
-    d = spec.task.dataset
-    for a, b in (("train_src", "train_tgt"), ("val_src", "val_tgt"), ("test_src", "test_tgt")):
-        if (getattr(d, a) is None) != (getattr(d, b) is None):
-            missing = a if getattr(d, a) is None else b
-            return ("task", "dataset", missing), f"text_pairs needs both {a} and {b}"
-    if d.train_src is None:
-        return ("task", "dataset", "train_src"), "text_pairs needs train_src and train_tgt (paths of aligned files)"
-    return None
-
-
-@DATASETS.register("text_pairs", task="translation", check=_check_text_pairs,
-                   doc="explicit aligned files train_src/train_tgt (val_*, test_* optional; val is carved from train when absent)")
 def load_text_pairs(cfg, device):
     root = resolve_root(cfg.root)
     train = _read_pair(_user_path(root, cfg.train_src), _user_path(root, cfg.train_tgt))
@@ -379,8 +364,6 @@ def synthetic_pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
     return src_out, tgt_out
 
 
-@DATASETS.register("translation/synthetic", task="translation",
-                   doc="`name: synthetic` with task.kind translation: generated from a small grammar with word-order changes (size pairs; offline)")
 def load_synthetic_translation(cfg, device):
     s, t = synthetic_pairs(cfg.size, cfg.split_seed)
     n = len(s)

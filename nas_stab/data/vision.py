@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
+from nas_stab.data.base import DataInfo, cache_dir, resolve_root
 from nas_stab.data.safeio import load_array_pickle, read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError
@@ -134,12 +134,10 @@ def load_cifar(cfg, device, classes: int):
     return image_data(cfg, f"cifar{classes}", (x, y), (tx, ty), classes, source=str(d)).to(device)
 
 
-@DATASETS.register("cifar10", task="classification", doc="CIFAR-10 in torchvision's layout (cifar-10-batches-py) in root")
 def load_cifar10(cfg, device):
     return load_cifar(cfg, device, 10)
 
 
-@DATASETS.register("cifar100", task="classification", doc="CIFAR-100 in torchvision's layout (cifar-100-python) in root")
 def load_cifar100(cfg, device):
     return load_cifar(cfg, device, 100)
 
@@ -291,8 +289,6 @@ def load_folder_cached(root: Path, cfg=None) -> dict:
     return data
 
 
-@DATASETS.register("imagefolder", task="classification",
-                   doc="images in root/train/<class>/, root/test/<class>/ (a directory or a .tar.gz), decoded once and cached")
 def load_imagefolder(cfg, device):
     root = resolve_root(cfg.root)
     data = load_folder_cached(root, cfg)

@@ -13,16 +13,10 @@ from __future__ import annotations
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
-from nas_stab.models import (  # importing a model module registers its architectures
-    mlp,  # noqa: F401
-    plainnet,  # noqa: F401
-    resnet,  # noqa: F401
-    resnext,  # noqa: F401
-    transformer,  # noqa: F401
-)
+from nas_stab.models import catalog  # noqa: F401 - the built-in architectures' entries (their builders load on first use)
 from nas_stab.models.archs import ARCHS
-from nas_stab.models.parametrization import WIDTH_FORMS, apply
-from nas_stab.models.parametrization import check as check_parametrization
+from nas_stab.models.parametrization_rules import WIDTH_FORMS
+from nas_stab.models.parametrization_rules import check as check_parametrization
 
 __all__ = ["ARCHS", "build_model", "check_model"]
 
@@ -50,5 +44,7 @@ def build_model(spec: Spec, info):
     build = ARCHS.get(spec.model.arch)
     model = build(spec, info)
     if spec.model.parametrization in WIDTH_FORMS:
+        from nas_stab.models.parametrization import apply  # deferred: loads torch only when this runs
+
         apply(model, spec, info, build)
     return model

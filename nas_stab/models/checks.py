@@ -1,4 +1,5 @@
-"""Which knob values each vision architecture accepts, with the reason when not.
+"""Which knob values each architecture accepts, with the reason when not (each arch's `check` in its registry entry,
+`models/catalog.py`).
 
 Every check returns `((key path), reason)` for the first problem, or None.
 Pure Python (no torch): `nas-stab validate` runs these on every grid point.
@@ -134,4 +135,89 @@ def cifar_depth(spec: Spec, per_block: int):
                              f"e.g. {near}; got {m.depth}")
     if m.branch_depth != 1:
         return _bad("branch_depth", f"{m.arch} branches are fixed ({per_block} convolutions); branch_depth applies to mlp_resnet")
+    return None
+
+# ------------------------------------------------------------ each architecture's check (its registry entry)
+
+def check_mlp(spec: Spec) -> tuple[tuple, str] | None:
+    return plain(spec, conv=False)
+
+
+def check_mlp_resnet(spec: Spec) -> tuple[tuple, str] | None:
+    return residual(spec, conv=False, b=spec.model.branch_depth)
+
+
+def check_plainnet(spec: Spec) -> tuple[tuple, str] | None:
+    return plain(spec, conv=True)
+
+
+def check_resnet(spec: Spec) -> tuple[tuple, str] | None:
+    return cifar_depth(spec, 2) or residual(spec, conv=True, b=2)
+
+
+def check_resnext(spec: Spec) -> tuple[tuple, str] | None:
+    return cifar_depth(spec, 3) or residual(spec, conv=True, b=3)
+
+
+# ------------------------------------------------------------ the transformer
+
+SUPPORTED_INIT = ("kaiming", "zero_last", "deepnorm", "xavier_branch")
+VISION_KEYS = {
+    "depth": "use enc_layers and dec_layers",
+    "width": "use d_model and ffn_per_branch (or ffn_ratio)",
+    "branch_depth": "the transformer's branches are heads and FFN slices",
+    "stages": "stages applies to plainnet",
+    "ln_mode": "its LayerNorm normalizes over d_model",
+    "scalar_bias": "its projections have ordinary biases",
+    "layer_skip": "its sublayers have their residual connections (model.skip)",
+}
+
+
+def ffn_width(cfg) -> int:
+    """Units of one FFN branch: round(ffn_ratio * d_model / branches) with `model.ffn_ratio` (it grows with
+    d_model, as muP needs), else the fixed `ffn_per_branch`."""
+    if cfg.ffn_ratio is not None:
+        return round(cfg.ffn_ratio * cfg.d_model / cfg.branches)
+    return cfg.ffn_per_branch
+
+
+def check_transformer(spec: Spec) -> tuple[tuple, str] | None:
+    m = spec.model
+    unsupported = {
+        "norm": (("none", "ln"), "the transformer normalizes with LayerNorm or not at all"),
+        "skip_norm": (("ln",), "batch norm over padded token batches is not supported"),
+        "parametrization": (("weight", "sp", "mup", "depth_mup", "completep", "umup"),
+                            "the path-space parametrization needs ReLU chains, not attention"),
+        "init": (SUPPORTED_INIT, "fixup/stam_* inits are defined for ReLU branches"),
+        "block": (("post",), "the pre-activation block is resnet's and resnext's; use norm_position"),
+    }
+    for key, (ok, why) in unsupported.items():
+        v = getattr(m, key)
+        if v not in ok:
+            return ("model", key), f"{v!r} is not supported on transformer (supported: {', '.join(ok)}; {why})"
+    for key, use in VISION_KEYS.items():  # keys of other archs: refuse rather than silently ignore
+        if hasattr(m, key) and getattr(m, key) != getattr(_DEFAULTS, key):
+            return ("model", key), f"{key} does not apply to arch transformer; {use}"
+    if m.skip == "deepnorm" and m.norm_position == "pre":
+        return ("model", "norm_position"), "deepnorm is a post-LN form; use norm_position: post"
+    H = m.branches * m.heads_per_branch
+    if m.head_dim is None and (m.d_model % H or m.d_model < H):
+        return ("model", "head_dim"), (
+            f"d_model {m.d_model} is not divisible by branches x heads_per_branch = {H}; set model.head_dim"
+        )
+    return _check_ffn_ratio(m)
+
+
+def _check_ffn_ratio(m) -> tuple[tuple, str] | None:
+    """`ffn_ratio` replaces `ffn_per_branch` (refused together rather than one silently ignored) and must give
+    each branch at least one unit."""
+    if m.ffn_ratio is None:
+        return None
+    if m.ffn_per_branch != _DEFAULTS.ffn_per_branch:
+        return ("model", "ffn_per_branch"), (
+            f"ffn_ratio {m.ffn_ratio} sets the FFN width (round(ffn_ratio * d_model / branches) per branch) in place of "
+            f"ffn_per_branch {m.ffn_per_branch}: give one of them")
+    if ffn_width(m) < 1:
+        return ("model", "ffn_ratio"), (
+            f"ffn_ratio {m.ffn_ratio} x d_model {m.d_model} / branches {m.branches} rounds to an FFN branch of 0 units")
     return None

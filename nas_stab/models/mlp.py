@@ -51,8 +51,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import checks
-from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, kaiming_normal_, model_tau, scalar, uses_path, uses_scalar_bias
 from nas_stab.models.branches import MultiBranch, fixup_classifier_
 from nas_stab.models.layers import make_norm
@@ -130,20 +128,10 @@ class MLP(StableModel):
         return self.head(F.dropout(h, self.dropout, self.training))
 
 
-def _check_mlp(spec: Spec):
-    return checks.plain(spec, conv=False)
-
-
-def _check_mlp_resnet(spec: Spec):
-    return checks.residual(spec, conv=False, b=spec.model.branch_depth)
-
-
-@ARCHS.register("mlp", task="classification", check=_check_mlp, doc="plain feed-forward ReLU network")
 def build_mlp(spec: Spec, info):
     return MLP(math.prod(info.in_shape), info.classes, spec.model)
 
 
-@ARCHS.register("mlp_resnet", task="classification", check=_check_mlp_resnet, doc="the tau paper's ResNet, multi-branch")
 def build_mlp_resnet(spec: Spec, info):
     return MLPResNet(math.prod(info.in_shape), info.classes, spec.model,
                      unit_inputs=spec.task.dataset.normalize == "unit")

@@ -22,8 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import checks
-from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, uses_path
 from nas_stab.models.stack import build_stack
 
@@ -57,11 +55,5 @@ class PlainNet(StableModel):
         return self.head(F.dropout(h.mean((2, 3)), self.dropout, self.training))
 
 
-def _check_plainnet(spec: Spec):
-    return checks.plain(spec, conv=True)
-
-
-@ARCHS.register("plainnet", task="classification", check=_check_plainnet, doc="CNN without skips, depth conv layers in `stages` stages "
-                   "(3: widths w, 2w, 4w; 1: constant width)")
 def build_plainnet(spec: Spec, info):
     return PlainNet(info.in_shape, info.classes, spec.model)

@@ -25,8 +25,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import checks
-from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, Tau, branch_alpha, branch_init_gain, model_tau, record_init, scalar, uses_path, uses_scalar_bias
 from nas_stab.models.branches import MultiBranch, fixup_classifier_, he_fan_out_
 from nas_stab.models.layers import make_norm
@@ -103,10 +101,5 @@ def _basic(cin: int, planes: int, stride: int):
     return [(3, planes, stride), (3, planes, 1)]
 
 
-def _check_resnet(spec: Spec):
-    return checks.cifar_depth(spec, 2) or checks.residual(spec, conv=True, b=2)
-
-
-@ARCHS.register("resnet", task="classification", check=_check_resnet, doc="CIFAR ResNet (depth 6n+2), multi-branch basic blocks")
 def build_resnet(spec: Spec, info):
     return CifarResNet(info.in_shape, info.classes, spec.model, per_block=2, branch_layers=_basic, shortcut=PadShortcut)

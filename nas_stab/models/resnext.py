@@ -20,8 +20,6 @@ width 64; the STAM experiments vary C at fixed planes, i.e. C copies).
 from __future__ import annotations
 
 from nas_stab.config.schema import Spec
-from nas_stab.models import checks
-from nas_stab.models.archs import ARCHS
 from nas_stab.models.layers import make_norm
 from nas_stab.models.residual import ProjectionShortcut
 from nas_stab.models.resnet import CifarResNet
@@ -31,12 +29,6 @@ def _bottleneck(cin: int, planes: int, stride: int):
     return [(1, planes, 1), (3, planes, stride), (1, 4 * planes, 1)]
 
 
-def _check_resnext(spec: Spec):
-    return checks.cifar_depth(spec, 3) or checks.residual(spec, conv=True, b=3)
-
-
-@ARCHS.register("resnext", task="classification", check=_check_resnext,
-                doc="the STAM authors' CIFAR ResNeXt (depth 9n+2): grouped bottlenecks, alpha on the branch sum")
 def build_resnext(spec: Spec, info):
     cfg = spec.model
     sc_norm = "none" if cfg.block == "preact" else ("bn" if cfg.norm == "path_bn" else cfg.norm)

@@ -61,22 +61,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas_stab.config.schema import ModelConfig, Spec
-from nas_stab.models.archs import ARCHS
 from nas_stab.models.base import StableModel, Tau, branch_alpha, deepnorm_constants, model_tau, record_init
-from nas_stab.models.transformer_layers import FeedForward, MultiHeadAttention, Sublayer, ffn_width, sinusoids
+from nas_stab.models.checks import ffn_width
+from nas_stab.models.transformer_layers import FeedForward, MultiHeadAttention, Sublayer, sinusoids
 
-__all__ = ["Transformer", "check_transformer", "ffn_width"]
+__all__ = ["Transformer", "build_transformer"]
 
-SUPPORTED_INIT = ("kaiming", "zero_last", "deepnorm", "xavier_branch")
-VISION_KEYS = {
-    "depth": "use enc_layers and dec_layers",
-    "width": "use d_model and ffn_per_branch (or ffn_ratio)",
-    "branch_depth": "the transformer's branches are heads and FFN slices",
-    "stages": "stages applies to plainnet",
-    "ln_mode": "its LayerNorm normalizes over d_model",
-    "scalar_bias": "its projections have ordinary biases",
-    "layer_skip": "its sublayers have their residual connections (model.skip)",
-}
 _DEFAULTS = ModelConfig()
 
 
@@ -216,50 +206,6 @@ class Transformer(StableModel):
         return logp
 
 
-def check_transformer(spec: Spec) -> tuple[tuple, str] | None:
-    m = spec.model
-    unsupported = {
-        "norm": (("none", "ln"), "the transformer normalizes with LayerNorm or not at all"),
-        "skip_norm": (("ln",), "batch norm over padded token batches is not supported"),
-        "parametrization": (("weight", "sp", "mup", "depth_mup", "completep", "umup"),
-                            "the path-space parametrization needs ReLU chains, not attention"),
-        "init": (SUPPORTED_INIT, "fixup/stam_* inits are defined for ReLU branches"),
-        "block": (("post",), "the pre-activation block is resnet's and resnext's; use norm_position"),
-    }
-    for key, (ok, why) in unsupported.items():
-        v = getattr(m, key)
-        if v not in ok:
-            return ("model", key), f"{v!r} is not supported on transformer (supported: {', '.join(ok)}; {why})"
-    for key, use in VISION_KEYS.items():  # keys of other archs: refuse rather than silently ignore
-        if hasattr(m, key) and getattr(m, key) != getattr(_DEFAULTS, key):
-            return ("model", key), f"{key} does not apply to arch transformer; {use}"
-    if m.skip == "deepnorm" and m.norm_position == "pre":
-        return ("model", "norm_position"), "deepnorm is a post-LN form; use norm_position: post"
-    H = m.branches * m.heads_per_branch
-    if m.head_dim is None and (m.d_model % H or m.d_model < H):
-        return ("model", "head_dim"), (
-            f"d_model {m.d_model} is not divisible by branches x heads_per_branch = {H}; set model.head_dim"
-        )
-    return _check_ffn_ratio(m)
-
-
-def _check_ffn_ratio(m) -> tuple[tuple, str] | None:
-    """`ffn_ratio` replaces `ffn_per_branch` (refused together rather than one silently ignored) and must give
-    each branch at least one unit."""
-    if m.ffn_ratio is None:
-        return None
-    if m.ffn_per_branch != _DEFAULTS.ffn_per_branch:
-        return ("model", "ffn_per_branch"), (
-            f"ffn_ratio {m.ffn_ratio} sets the FFN width (round(ffn_ratio * d_model / branches) per branch) in place of "
-            f"ffn_per_branch {m.ffn_per_branch}: give one of them")
-    if ffn_width(m) < 1:
-        return ("model", "ffn_ratio"), (
-            f"ffn_ratio {m.ffn_ratio} x d_model {m.d_model} / branches {m.branches} rounds to an FFN branch of 0 units")
-    return None
-
-
-@ARCHS.register("transformer", task="translation", check=check_transformer,
-                doc="encoder-decoder Transformer; heads and FFN slices are the branches (STAM)")
 def build_transformer(spec: Spec, info):
     e = info.extra
     return Transformer(spec.model, e["vocab"], pad=e["pad"], bos=e["bos"], eos=e["eos"])

@@ -31,14 +31,6 @@ def _record_xavier(w: torch.Tensor, fan_in: int, fan_out: int, gains: tuple[floa
     record_init(w, (fan_in + fan_out) / 2, sum(g * g for g in gains) / len(gains))
 
 
-def ffn_width(cfg) -> int:
-    """Units of one FFN branch: round(ffn_ratio * d_model / branches) with `model.ffn_ratio` (it grows with
-    d_model, as muP needs), else the fixed `ffn_per_branch`."""
-    if cfg.ffn_ratio is not None:
-        return round(cfg.ffn_ratio * cfg.d_model / cfg.branches)
-    return cfg.ffn_per_branch
-
-
 class MultiHeadAttention(nn.Module):
     """H = C * heads_per_branch heads of size dh in one projection; returns alpha * out_proj(heads)."""
 
