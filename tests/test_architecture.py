@@ -20,6 +20,7 @@ LAYERS = [
     ("training",),
     ("store",),
     ("search",),
+    ("trackers",),
     ("results",),
     ("probe", "estimate"),
     ("cli",),

@@ -422,7 +422,7 @@ def test_tensorboard_writer_failure_is_raised_not_printed_from_its_thread(tmp_pa
 
     from tensorboard.summary.writer import record_writer
 
-    from nas_stab.results.tensorboard import write_run
+    from nas_stab.trackers.tensorboard import write_run
 
     def full(self, data):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -472,8 +472,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_trial_running(small_disk, tmp_pat
     traceback first)."""
     import optuna
 
-    from nas_stab.results.views import TensorBoardView
     from nas_stab.search.records import Records
+    from nas_stab.trackers.views import TensorBoardView
 
     disk, fill = small_disk
     if when == "records":

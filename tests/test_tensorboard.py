@@ -7,9 +7,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from nas_stab.config import loads_spec
-from nas_stab.results.views import record_views
 from nas_stab.search.local import run_local
 from nas_stab.store.rundir import RunDir
+from nas_stab.trackers.views import record_views
 
 
 def _run(text, out):

@@ -16,9 +16,9 @@ from conftest import TINY, run_cli
 from nas_stab.config import config_key, loads_spec, spec_hash
 from nas_stab.errors import SpecError
 from nas_stab.results.leaderboard import build_leaderboard
-from nas_stab.results.views import record_views
 from nas_stab.search.local import run_local
 from nas_stab.store.rundir import RunDir
+from nas_stab.trackers.views import record_views
 
 NO_TB = "  tensorboard: false\n"
 
@@ -179,8 +179,8 @@ def test_a_broken_tracking_uri_fails_nothing_and_a_later_run_logs_what_is_missin
 def test_a_row_recorded_again_replaces_its_mlflow_run(tmp_path):
     """A run trained again (its trials.csv row replaced) gets a new MLflow run; the earlier one is deleted."""
     pytest.importorskip("mlflow")
-    from nas_stab.results.tracking import open_tracking
     from nas_stab.store.reader import read_run
+    from nas_stab.trackers.tracking import open_tracking
 
     d, _ = _run(_spec("mlflow", runs=2), tmp_path)
     _, runs = _mlflow_runs(d)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from nas_stab import gcsetup, metrics
 from nas_stab.errors import RunError, SpecError
-from nas_stab.results.tensorboard import rebuild
 from nas_stab.search.plan import base_lookup
 from nas_stab.search.ray.cluster import check_reachable
 from nas_stab.store.atomic import atomic_write
 from nas_stab.store.reader import read_run
 from nas_stab.textfmt import did_you_mean
+from nas_stab.trackers.tensorboard import rebuild
 
 if typing.TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -126,8 +126,8 @@ def cmd_run(args) -> int:
 
 def _run(args, setup_done) -> int:
     from nas_stab.data import reuse_loaded  # deferred: loads torch, PyYAML, NumPy only when this runs
-    from nas_stab.results.views import record_views  # deferred: loads PyYAML only when this runs
     from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
+    from nas_stab.trackers.views import record_views  # deferred: loads PyYAML only when this runs
 
     if args.trials is not None and not 1 <= args.trials <= 10_000_000:
         raise SpecError(f"must be a count from 1 to 10000000, got {args.trials}", key="--trials")
@@ -280,8 +280,8 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
     """`nas-stab leaderboard RUN_DIR` of a run with logging.tracking: its tables into MLflow / W&B, with the
     runs a failure left out. Under the run directory's lock (a driver running there logs at its end);
     best effort, as during the search: a failure is a warning and a line in log.txt, never an error."""
-    from nas_stab.results.tracking import backends, open_tracking  # deferred: loads PyYAML, pandas, NumPy only when this runs
     from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
+    from nas_stab.trackers.tracking import backends, open_tracking  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
     run = read_run(run_dir)
     if not backends(run.spec.logging.tracking):

@@ -27,7 +27,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "config": ("nas_stab.data", "nas_stab.models"),  # one configuration: its dataset and model
     "search": ("nas_stab.search.optuna_study",),  # the pruner and its options
     "transfer": ("nas_stab.search.sources.transfer_objectives",),  # search.transfer's objectives
-    "tracking": ("nas_stab.results.tracking",),  # logging.tracking's packages
+    "tracking": ("nas_stab.trackers.tracking",),  # logging.tracking's packages
 }
 GROUPS = tuple(PROVIDERS)
 

@@ -242,7 +242,7 @@ def _check_tracking(spec: Spec, ctx: Ctx) -> None:
     anything trains, not a failure logged after every run."""
     if spec.logging.tracking == "none":
         return  # (no backend's module loaded)
-    problem = hooks.first_problem("tracking", spec)  # nas_stab.results.tracking
+    problem = hooks.first_problem("tracking", spec)  # nas_stab.trackers.tracking
     if problem:
         key, msg = problem
         raise ctx.error(key, msg)

@@ -1,6 +1,6 @@
 """Results: the learning-rate transfer leaderboard of run directories (docs/leaderboard.md), its formats and plots,
-`nas-stab status`, and the views of the records (TensorBoard, MLflow, W&B). The run directory itself is
-`nas_stab.store`.
+and `nas-stab status`. The run directory itself is `nas_stab.store`; the views kept beside its records
+(TensorBoard, MLflow, W&B) are `nas_stab.trackers`.
 
 Public API (loaded on first use, so ``import nas_stab.results.status`` stays free of matplotlib):
 

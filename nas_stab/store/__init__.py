@@ -2,7 +2,7 @@
 
 - `rundir.RunDir`: the one writer (the lock on log.txt, spec.yaml, trials.csv appends and rewrites, histories,
   the disk reserve), and `RecordView`, the protocol of what it keeps beside the records (TensorBoard,
-  MLflow, W&B: `results/views.py`);
+  MLflow, W&B: `trackers/views.py`);
 - `reader`: the one reader (`read_run`: the typed spec, the trials, histories; `read_rows` for the driver);
 - `decisions`: ``decisions.jsonl``, what a search decided as results came in;
 - `atomic`: atomic writes; `rundir_meta`: provenance (commit, versions, hardware, the command).

@@ -51,7 +51,7 @@ TIMING_COLUMNS = ("wall_s", "train_s", "measure_s")  # seconds: the only columns
 
 
 class RecordView(Protocol):
-    """A view of the records kept beside the run directory (TensorBoard logs, an MLflow or W&B run: `results/views.py`):
+    """A view of the records kept beside the run directory (TensorBoard logs, an MLflow or W&B run: `trackers/views.py`):
     told of each run once its record is on disk, and of the end of the search. A view never stops a search: it says
     its failures in log.txt and in `finish`'s list."""
 
@@ -101,7 +101,7 @@ class RunDir:
 
         With `fresh`, an existing directory is moved aside to
         `<name>.old-<timestamp>` (never deleted: nothing a user ran is lost). `views(spec, rd)`: the views
-        of its records to keep (`nas_stab.results.views.record_views`: the experiment's TensorBoard logs and
+        of its records to keep (`nas_stab.trackers.views.record_views`: the experiment's TensorBoard logs and
         tracking), opened once the directory is locked.
         """
         try:

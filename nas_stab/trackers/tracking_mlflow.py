@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nas_stab.results.tracking_records import LEADERBOARD_RUN, TAG, Experiment, RunRecord, leaderboard_artifacts
 from nas_stab.store.reader import SPEC_YAML
+from nas_stab.trackers.tracking_records import LEADERBOARD_RUN, TAG, Experiment, RunRecord, leaderboard_artifacts
 
 __all__ = ["MlflowTracker"]
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from nas_stab import metrics
 from nas_stab.analysis.values import dotted, number_or_text
 from nas_stab.csvsafe import cell_text
-from nas_stab.results.tensorboard import scalar_tag
 from nas_stab.store.reader import HISTORY, SPEC_YAML, read_history_rows
+from nas_stab.trackers.tensorboard import scalar_tag
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec

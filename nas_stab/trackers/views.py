@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nas_stab.results.tensorboard import write_rows
+from nas_stab.trackers.tensorboard import write_rows
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
-    from nas_stab.results.tracking import Tracking
     from nas_stab.store.rundir import RecordView, RunDir
+    from nas_stab.trackers.tracking import Tracking
 
 
 class TensorBoardView:
@@ -61,7 +61,7 @@ def record_views(spec: Spec, rd: RunDir) -> list[RecordView]:
     views: list[RecordView] = []
     if spec.logging.tensorboard:
         views.append(TensorBoardView(rd))
-    from nas_stab.results.tracking import open_tracking  # deferred: loads pandas, NumPy only when this runs
+    from nas_stab.trackers.tracking import open_tracking  # deferred: loads pandas, NumPy only when this runs
 
     tracking = open_tracking(spec, rd.path, rd.read_meta(), rd.log)
     if tracking is not None:

@@ -50,10 +50,10 @@ from typing import Any
 
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
-from nas_stab.results.tracking_mlflow import MlflowTracker
-from nas_stab.results.tracking_records import Experiment, backends, experiment, record
-from nas_stab.results.tracking_wandb import WandbTracker
 from nas_stab.store.reader import read_rows
+from nas_stab.trackers.tracking_mlflow import MlflowTracker
+from nas_stab.trackers.tracking_records import Experiment, backends, experiment, record
+from nas_stab.trackers.tracking_wandb import WandbTracker
 
 __all__ = ["TRACKERS", "Tracking", "backends", "missing_package", "open_tracking"]
 

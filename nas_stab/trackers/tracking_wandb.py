@@ -11,9 +11,9 @@ import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from nas_stab.results.tracking_records import LEADERBOARD_RUN, Experiment, RunRecord, leaderboard_artifacts
 from nas_stab.store.atomic import atomic_write
 from nas_stab.store.reader import SPEC_YAML, TRIALS_CSV
+from nas_stab.trackers.tracking_records import LEADERBOARD_RUN, Experiment, RunRecord, leaderboard_artifacts
 
 __all__ = ["WANDB_LEDGER", "WandbTracker"]
 
