@@ -214,6 +214,22 @@ def test_validating_an_experiment_loads_only_what_its_components_need():
     assert not [m for m in out if m in ("nas_stab.models.mlp", "nas_stab.data.tabular", "nas_stab.models.parametrization")]
 
 
+def test_the_sampler_names_of_the_schema_are_the_registered_ones():
+    """`search.sampler`'s values are the contract (config, the schema's Literal and `config.mode.JOB_SOURCES`, the
+    ones that name a job source); the implementations are registered above config (Optuna's samplers in
+    `search/optuna_study.py`, job sources in `search/sources/`): the two agree, name for name."""
+    import typing
+
+    from nas_stab.config.mode import JOB_SOURCES as JOB_SOURCE_NAMES
+    from nas_stab.config.schema import SearchConfig
+    from nas_stab.search.optuna_study import SAMPLERS
+    from nas_stab.search.sources import JOB_SOURCES
+
+    values = set(typing.get_args(typing.get_type_hints(SearchConfig)["sampler"]))
+    assert set(JOB_SOURCES.names()) == set(JOB_SOURCE_NAMES)
+    assert values == set(SAMPLERS.names()) | set(JOB_SOURCES.names()), values ^ (set(SAMPLERS.names()) | set(JOB_SOURCES.names()))
+
+
 def test_checks_that_need_a_component_are_registered_by_it():
     from nas_stab.config import hooks
 
