@@ -18,6 +18,8 @@ from nas_stab.config.schema import Spec
 from nas_stab.data import catalog  # noqa: F401 - the built-in datasets' entries (their loaders load on first use)
 from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
 
+DATASETS.load_plugins("nas_stab.datasets")  # installed packages' datasets (docs/plugins.md)
+
 __all__ = ["DATASETS", "DataInfo", "check_dataset", "load_dataset", "resolve_root", "reuse_loaded", "cache_dir"]
 
 

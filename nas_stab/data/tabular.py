@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nas_stab.config.schema import DatasetConfig
 from nas_stab.data.base import DataInfo, resolve_root
 from nas_stab.data.safeio import read_capped
 from nas_stab.data.tensors import TensorData, split
@@ -33,6 +34,14 @@ def _make(cfg, name, x, y, classes, source, test=None, note=""):
     info = DataInfo(name, tuple(x.shape[1:]), classes)
     return TensorData(info, xtr, ytr, xva, yva, xte, yte, note=note or f"{len(xtr)} train / {len(xva)} val / {len(xte)} test",
                       normalize=cfg.normalize)
+
+
+def from_arrays(cfg: DatasetConfig, name: str, x: torch.Tensor, y: torch.Tensor, classes: int, source: str) -> TensorData:
+    """A classification dataset from its inputs `x` [N, ...] (float) and labels `y` [N] (int64 in 0..classes-1),
+    split deterministically into train / val / test by `task.dataset` (train, val, test, split_seed) and normalized
+    by `task.dataset.normalize`, as the built-in datasets are: what a plugin dataset's loader returns
+    (docs/plugins.md). `source` names the data in errors."""
+    return _make(cfg, name, x, y, classes, source)
 
 
 def load_digits(cfg, device):

@@ -20,6 +20,8 @@ from nas_stab.models.parametrization_rules import check as check_parametrization
 
 __all__ = ["ARCHS", "build_model", "check_model"]
 
+ARCHS.load_plugins("nas_stab.models")  # installed packages' architectures (docs/plugins.md)
+
 
 @hooks.register("config", "model")
 def check_model(spec: Spec) -> tuple[tuple, str] | None:
