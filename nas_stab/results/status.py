@@ -12,7 +12,7 @@ from nas_stab.config.schema import Spec
 from nas_stab.errors import RunError
 from nas_stab.results.bracket_ends import run_decisions
 from nas_stab.search.plan import base_lookup
-from nas_stab.store.decisions import Decisions
+from nas_stab.store.decisions import DECISIONS, Decisions
 from nas_stab.store.reader import Run, read_run
 
 
@@ -113,7 +113,7 @@ def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
 
 def _decisions(run: Run, rows: list[dict[str, str]]) -> tuple[Decisions | None, str]:
     """The search's recorded decisions (`store/decisions.py`), or None and why not."""
-    if not rows and not (run.path / "decisions.jsonl").is_file():
+    if not rows and not (run.path / DECISIONS).is_file():
         return None, ""  # nothing run yet
     try:
         return run_decisions(run), ""

@@ -56,7 +56,7 @@ def replayed(spec: Spec, records: Sequence[dict[str, Any]], run_dir: Path | None
     """(the start event's facts, the events) of the search of `spec` replayed from `records`."""
     mode = search_mode(spec)
     lr_key = spec.leaderboard.lr
-    recs = [dict(r) for r in records]
+    recs = list(records)  # (never changed here: each replay below works on copies of its own)
     if mode.adaptive:
         src = AdaptiveSeeds(spec)
         events = _adaptive(src, recs, lr_key)
@@ -69,7 +69,7 @@ def replayed(spec: Spec, records: Sequence[dict[str, Any]], run_dir: Path | None
     return {"source": mode.kind}, []
 
 
-def _bracket(src: BracketSource, records: list[dict[str, Any]], lr_key: str) -> list[dict[str, Any]]:
+def _bracket(src: BracketSource, records: Sequence[dict[str, Any]], lr_key: str) -> list[dict[str, Any]]:
     """`src`'s sweep events, replayed round by round on `records` matched to its jobs; `runs` name the
     records' own keys."""
     own = [str(r.get("key")) for r in records]
@@ -119,7 +119,7 @@ def _match_bracket(src: BracketSource, records: list[dict[str, Any]], lr_key: st
     return keys
 
 
-def _adaptive(src: AdaptiveSeeds, records: list[dict[str, Any]], lr_key: str) -> list[dict[str, Any]]:
+def _adaptive(src: AdaptiveSeeds, records: Sequence[dict[str, Any]], lr_key: str) -> list[dict[str, Any]]:
     """Adaptive seeds' events replayed stage by stage: each record matched to the job of the same values and
     seed (the lr within 1e-4 octave) as the stages reach it."""
     own = [str(r.get("key")) for r in records]
@@ -151,7 +151,7 @@ def _adaptive(src: AdaptiveSeeds, records: list[dict[str, Any]], lr_key: str) ->
     return out
 
 
-def _transfer(spec: Spec, records: list[dict[str, Any]], lr_key: str, run_dir: Path | None
+def _transfer(spec: Spec, records: Sequence[dict[str, Any]], lr_key: str, run_dir: Path | None
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A transfer search with inner: bracket: each outer trial's sweeps (one per size) replayed on its runs, and
     the outer trials its study scored."""
