@@ -45,8 +45,8 @@ def test_every_csv_a_run_writes_is_neutralized(tmp_path, capsys):
     from nas_stab.cli import main
 
     text = spec_text(train={"steps": 4, "threads": 1}, stability={"every": 0, "probe_batch": 32, "hessian": False},
-                     space={"task.dataset.src": EVIL[:3], "model.branches": [1, 2], "train.lr": [0.01, 0.02, 0.04]},
-                     leaderboard={"transfer": "model.branches", "compare": ["task.dataset.src"]})
+                     space={"task.dataset.root": EVIL[:3], "model.branches": [1, 2], "train.lr": [0.01, 0.02, 0.04]},
+                     leaderboard={"transfer": "model.branches", "compare": ["task.dataset.root"]})
     spec = tmp_path / "s.yaml"
     spec.write_text(text)
     out = tmp_path / "out"
@@ -55,7 +55,7 @@ def test_every_csv_a_run_writes_is_neutralized(tmp_path, capsys):
     trials = (d / "trials.csv").read_text()
     _no_formula_cells(trials)
     df = pd.read_csv(d / "trials.csv")
-    assert sorted(set(df["task.dataset.src"])) == sorted("'" + v for v in EVIL[:3])
+    assert sorted(set(df["task.dataset.root"])) == sorted("'" + v for v in EVIL[:3])
     assert main(["leaderboard", str(d), "--format", "csv", "--out", str(tmp_path / "lb")]) == 0, capsys.readouterr().err
     written = sorted((tmp_path / "lb").glob("*.csv"))
     assert {p.name for p in written} >= {"leaderboard.csv"}

@@ -19,7 +19,7 @@ def test_all_three_spaces_exist():
 def test_space_validates_and_is_a_translation_experiment(path):
     spec = load_spec(path)
     assert spec.task.kind == "translation" and spec.task.dataset.name == "multi30k"
-    assert (spec.task.dataset.src, spec.task.dataset.tgt) == ("de", "en")
+    assert (spec.task.dataset.options.src, spec.task.dataset.options.tgt) == ("de", "en")
     assert spec.model.arch == "transformer"
     assert spec.search.objective == "bleu" and spec.leaderboard.lr == "train.lr"
     assert spec.train.optimizer == "adam" and spec.train.schedule == "inverse_sqrt" and spec.train.max_tokens

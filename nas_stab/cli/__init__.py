@@ -151,5 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--format", choices=["json", "markdown"], default="json",
                     help="json: the JSON Schema (default); markdown: the reference page docs/experiment-file.md")
     sc.add_argument("--out", help="write it to this file instead of standard output")
+    sc.add_argument("--builtin", action="store_true",
+                    help="only nas_stab's own components (default: the installed plugins' datasets and their options too)")
     sc.set_defaults(func=cmd_schema)
     return p

@@ -323,6 +323,9 @@ def cmd_list(args) -> int:
         for name, e in reg.items():
             extra = f" [{e.info['task']}]" if "task" in e.info else ""
             print(f"  {name:<22}{extra} {e.info.get('doc', '')}")
+            if e.info.get("options") is not None:  # its own options: task.dataset.<key>
+                own = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(e.info["options"]))
+                print(f"  {'':<22} options: {own}")
 
     section("architectures", ARCHS)
     section("datasets", DATASETS)
@@ -355,7 +358,8 @@ def cmd_schema(args) -> int:
     from nas_stab.config.json_schema import json_schema  # deferred: loads PyYAML only when this runs
     from nas_stab.config.reference import markdown_reference  # deferred: loads PyYAML only when this runs
 
-    text = json.dumps(json_schema(), indent=2) + "\n" if args.format == "json" else markdown_reference()
+    plugins = not args.builtin
+    text = json.dumps(json_schema(plugins), indent=2) + "\n" if args.format == "json" else markdown_reference(plugins)
     if args.out:
         atomic_write(Path(args.out), text)
         print(f"wrote {args.out}", file=sys.stderr)

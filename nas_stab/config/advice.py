@@ -5,6 +5,8 @@ as `warning: ...`; nothing stops. Errors are for what cannot run (`rules.py`).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from nas_stab.config.build import Ctx
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
@@ -38,6 +40,11 @@ def advice(spec: Spec, ctx: Ctx) -> tuple[str, ...]:
                 warn(("space", d.key, "log"),
                      f"has no effect in a grid: every integer from {int(d.low)} to {int(d.high)} is a point ({n} values); "
                      f"list the values you want, e.g. [{', '.join(str(v) for v in _powers(int(d.low), int(d.high)))}]")
+    d = spec.task.dataset
+    for key, value in d.ignored:
+        if value != d.RETIRED[key]:
+            warn(("task", "dataset", key), f"has no effect: {d.name} does not read {key} (its own options: "
+                 f"{', '.join(f.name for f in dataclasses.fields(d.options)) if d.options else 'none'})")
     base = ctx.files.get(("description",))
     if spec.description and base and base != ctx.file and ("description",) not in ctx.overrides:
         out.append(f"{ctx.file}: description is inherited from {base} (\"{spec.description[:60]}\"): it describes that "

@@ -15,6 +15,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
+from nas_stab.config import hooks
 from nas_stab.config.yamlio import Lines, line_of
 from nas_stab.errors import SpecError
 from nas_stab.textfmt import did_you_mean
@@ -78,13 +79,19 @@ def type_name(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
-def build(cls, data: Any, ctx: Ctx, path: tuple = ()) -> Any:
-    """Build dataclass `cls` from a mapping (None = all defaults)."""
+def build(cls, data: Any, ctx: Ctx, path: tuple = (), parent: Mapping[str, Any] | None = None) -> Any:
+    """Build dataclass `cls` from a mapping (None = all defaults); `parent` is the mapping holding it (a
+    component section's options class may depend on it: `task.kind` for a dataset)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ctx.error(path, f"expected a mapping, got {type(data).__name__} {data!r}")
     fields = {f.name: f for f in public_fields(cls)}
+    component = getattr(cls, "COMPONENT", None)
+    own: dict[str, Any] = {}
+    if component:  # the keys beyond the common ones are the named entry's own options
+        own = {k: v for k, v in data.items() if k not in fields}
+        data = {k: v for k, v in data.items() if k in fields}
     for key in data:
         if key not in fields:
             ctx.report(ctx.error(path + (key,), "unknown key" + did_you_mean(key, fields)))
@@ -94,22 +101,58 @@ def build(cls, data: Any, ctx: Ctx, path: tuple = ()) -> Any:
         p = path + (name,)
         if name in data:
             try:
-                kwargs[name] = convert(hints[name], data[name], ctx, p, f.metadata)
+                kwargs[name] = convert(hints[name], data[name], ctx, p, f.metadata, parent=data)
             except SpecError as e:
                 ctx.report(e)  # collecting: the default stands in, so the other keys are still checked
                 if dataclasses.is_dataclass(hints[name]):
-                    kwargs[name] = build(hints[name], None, ctx, p)
+                    kwargs[name] = build(hints[name], None, ctx, p, parent=data)
         elif dataclasses.is_dataclass(hints[name]):
-            kwargs[name] = build(hints[name], None, ctx, p)
+            kwargs[name] = build(hints[name], None, ctx, p, parent=data)
+    if component:
+        kwargs.update(_own_options(cls, component, own, data, parent or {}, ctx, path))
     return cls(**kwargs)
 
 
-def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: Mapping[str, Any] | None = None) -> Any:
-    """Check `value` against type `tp` and the field metadata; return it normalized."""
+def _own_options(cls, component: str, own: dict[str, Any], data: dict[str, Any], parent: Mapping[str, Any],
+                 ctx: Ctx, path: tuple) -> dict[str, Any]:
+    """`options` and `ignored` of a component section: its entry's own options built from `own`, the retired keys
+    it does not read set aside (kept in the hashes), the other keys refused naming the entry's keys."""
+    try:
+        options_cls = hooks.options_class(component, data, parent)
+    except KeyError:  # no such entry: the check of the name says so; its keys cannot be judged
+        return {"ignored": tuple(sorted(own.items()))}
+    names = [f.name for f in public_fields(options_cls)] if options_cls else []
+    retired = getattr(cls, "RETIRED", {})
+    mine, ignored = {}, []
+    for key, value in own.items():
+        if key in names:
+            mine[key] = value
+        elif key in retired:
+            if value != retired[key]:  # at its old default it says nothing (a stored spec.yaml of then lists them all)
+                ignored.append((key, value))
+        else:
+            known = [f.name for f in public_fields(cls)] + names
+            theirs = f"{component} {data.get('name', _default_name(cls))!r}"
+            ctx.report(ctx.error(path + (key,), f"unknown key for {theirs}" + (
+                did_you_mean(key, known) or f" (its own options: {', '.join(names) or 'none'})")))
+    out: dict[str, Any] = {"ignored": tuple(sorted(ignored))}
+    if options_cls is not None:
+        out["options"] = build(options_cls, mine, ctx, path, parent=data)
+    return out
+
+
+def _default_name(cls) -> Any:
+    return next((f.default for f in dataclasses.fields(cls) if f.name == "name"), None)
+
+
+def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: Mapping[str, Any] | None = None,
+            parent: Mapping[str, Any] | None = None) -> Any:
+    """Check `value` against type `tp` and the field metadata; return it normalized (`parent`: the mapping
+    holding a section, for `build`)."""
     meta = meta or {}
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
-        return build(tp, value, ctx, path)
+        return build(tp, value, ctx, path, parent=parent)
     if is_union(tp):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:

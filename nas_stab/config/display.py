@@ -32,7 +32,7 @@ def _defaults(cls) -> dict[str, Any]:
 
 def _scope(doc: str) -> str | None:
     head = doc.split(":", 1)[0] if ":" in doc else ""
-    return head if head in ("translation", "synthetic", "text_pairs") else None
+    return head if head == "translation" else None
 
 
 def applicable_plain(spec: Spec) -> dict:
@@ -42,7 +42,7 @@ def applicable_plain(spec: Spec) -> dict:
     if getattr(spec, "seeds_more", ()) and plain.get("seeds") == list(range(len(spec.seeds))):
         plain["seeds"] = {"min": len(spec.seeds), "max": len(spec.seeds) + len(spec.seeds_more)}  # adaptive seeds, as written
     searched = set(spec.space.keys) if spec.space else set()
-    kind, dname, arch = spec.task.kind, spec.task.dataset.name, spec.model.arch
+    kind, arch = spec.task.kind, spec.model.arch
     optimizers = {spec.train.optimizer}
     dim = spec.space.get("train.optimizer") if spec.space else None
     if dim is not None and dim.discrete:
@@ -63,18 +63,9 @@ def applicable_plain(spec: Spec) -> dict:
 
     def not_for_this_task(f) -> bool:
         scope = _scope(f.metadata.get("doc", ""))
-        return (scope == "translation" and kind != "translation") or (scope == "synthetic" and dname != "synthetic") \
-            or (scope == "text_pairs" and dname != "text_pairs")
+        return scope == "translation" and kind != "translation"
 
-    prune("task", schema.TaskConfig, not_for_this_task)
-    if isinstance(plain.get("task"), dict):
-        ds = plain["task"].get("dataset")
-        if isinstance(ds, dict):
-            defaults = _defaults(schema.DatasetConfig)
-            for f in public_fields(schema.DatasetConfig):
-                if f.name in ds and ds[f.name] == defaults[f.name] and f"task.dataset.{f.name}" not in searched \
-                        and not_for_this_task(f):
-                    del ds[f.name]
+    prune("task", schema.TaskConfig, not_for_this_task)  # task.dataset holds only the named dataset's own options
     prune("model", schema.ModelConfig, lambda f: f.name in TRANSFORMER_ONLY and arch != "transformer")
     prune("train", schema.TrainConfig, lambda f: not_for_this_task(f)
           or (f.name in SGD_ONLY and "sgd" not in optimizers)

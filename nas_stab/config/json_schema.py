@@ -16,7 +16,7 @@ import dataclasses
 import typing
 from typing import Any, Literal
 
-from nas_stab.config import schema
+from nas_stab.config import hooks, schema
 from nas_stab.config.build import MAX_NUMBER, _type_hints, is_union, public_fields
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -123,7 +123,7 @@ DIMENSION = {
 }
 
 
-def _type_schema(tp: Any) -> dict:
+def _type_schema(tp: Any, plugins: bool = True) -> dict:
     origin = typing.get_origin(tp)
     if tp is Any:
         return {}
@@ -132,27 +132,27 @@ def _type_schema(tp: Any) -> dict:
     if origin is Literal:
         return {"enum": list(typing.get_args(tp))}
     if origin is tuple:
-        return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
+        return {"type": "array", "items": _type_schema(typing.get_args(tp)[0], plugins)}
     if is_union(tp):
         args = typing.get_args(tp)
-        opts = [_type_schema(a) for a in args if a is not type(None)]
+        opts = [_type_schema(a, plugins) for a in args if a is not type(None)]
         if type(None) in args:
             opts.append({"type": "null"})
         return opts[0] if len(opts) == 1 else {"anyOf": opts}
     if dataclasses.is_dataclass(tp):
-        return _object(tp, ())
+        return _object(tp, (), plugins)
     raise TypeError(f"no JSON Schema for {tp!r}")  # pragma: no cover - schema bug
 
 
-def _field(cls, f: dataclasses.Field, hint: Any, path: tuple[str, ...]) -> dict:
+def _field(cls, f: dataclasses.Field, hint: Any, path: tuple[str, ...], plugins: bool) -> dict:
     if path in _SPECIAL:
         return dict(_SPECIAL[path])
     if dataclasses.is_dataclass(hint):
-        return _object(hint, path)
+        return _object(hint, path, plugins)
     if is_union(hint) and any(dataclasses.is_dataclass(a) for a in typing.get_args(hint)):
-        obj = _object(next(a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), path)
+        obj = _object(next(a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), path, plugins)
         return {"anyOf": [obj, {"type": "null"}], **({"description": f.metadata["doc"]} if f.metadata.get("doc") else {})}
-    out = _type_schema(hint)
+    out = _type_schema(hint, plugins)
     meta = dict(f.metadata)
     if "le" not in meta and "lt" not in meta:  # build.MAX_NUMBER bounds every number the schema leaves open
         meta["le"] = MAX_NUMBER
@@ -176,7 +176,7 @@ def _field(cls, f: dataclasses.Field, hint: Any, path: tuple[str, ...]) -> dict:
     return out
 
 
-def _object(cls, path: tuple[str, ...]) -> dict:
+def _object(cls, path: tuple[str, ...], plugins: bool) -> dict:
     hints = _type_hints(cls)
     props = {}
     for f in public_fields(cls):
@@ -188,16 +188,36 @@ def _object(cls, path: tuple[str, ...]) -> dict:
                 "additionalProperties": DIMENSION,
             }
             continue
-        props[f.name] = _field(cls, f, hints[f.name], path + (f.name,))
-    out = {"type": "object", "properties": props, "additionalProperties": False}
+        props[f.name] = _field(cls, f, hints[f.name], path + (f.name,), plugins)
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    component = getattr(cls, "COMPONENT", None)
+    if component:  # each entry's own options, where the section names it (an editor completes them)
+        out.pop("additionalProperties")
+        out["allOf"] = [{"if": {"properties": {"name": {"const": name}}, "required": ["name"]},
+                         "then": {"properties": props} if props else {}}
+                        for name, props in _own_options(component, path, plugins).items()]
+        out["unevaluatedProperties"] = False
     if path in SECTIONS:
         out["description"] = SECTIONS[path]
     return out
 
 
-def json_schema() -> dict:
-    """The JSON Schema (draft 2020-12) of a nas_stab experiment file."""
-    root = _object(schema.Spec, ())
+def _own_options(component: str, path: tuple[str, ...], plugins: bool) -> dict[str, dict]:
+    """Each entry name's own options as JSON Schema properties (one name for several tasks: their options merged)."""
+    out: dict[str, dict] = {}
+    for name, _task, cls in hooks.option_classes(component, plugins=plugins):
+        props = out.setdefault(name, {})
+        if cls is not None:
+            hints = _type_hints(cls)
+            for f in public_fields(cls):
+                props.setdefault(f.name, _field(cls, f, hints[f.name], path + (f.name,), plugins))
+    return out
+
+
+def json_schema(plugins: bool = True) -> dict:
+    """The JSON Schema (draft 2020-12) of a nas_stab experiment file: its components' own options (a dataset's)
+    those of the built-in ones and, unless `plugins` is False, of the installed plugins'."""
+    root = _object(schema.Spec, (), plugins)
     root["properties"]["extends"] = {
         "type": "string",
         "description": "another experiment file (relative to this one) to start from; this file's keys override its keys",

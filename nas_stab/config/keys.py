@@ -26,10 +26,10 @@ def check_key(spec: schema.Spec, dotted: str) -> str | None:
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(obj):
             return f"unknown key {dotted!r}: {'.'.join(parts[:i])} has no sub-keys"
-        names = [f.name for f in public_fields(type(obj))]
+        names = [f.name for f in public_fields(type(obj))] + _own_names(obj)
         if part not in names:
             return f"unknown key {dotted!r}" + did_you_mean(part, names)
-        obj = getattr(obj, part)
+        obj = _child(obj, part)
     if dataclasses.is_dataclass(obj):
         return f"{dotted!r} is a section; name one of its keys"
     return None
@@ -38,8 +38,21 @@ def check_key(spec: schema.Spec, dotted: str) -> str | None:
 def get_key(spec: schema.Spec, dotted: str) -> Any:
     obj: Any = spec
     for part in dotted.split("."):
-        obj = getattr(obj, part)
+        obj = _child(obj, part)
     return obj
+
+
+def _own_names(section: Any) -> list[str]:
+    """The own options of a component section (a dataset's: `task.dataset.size`), beside its common keys."""
+    options = getattr(section, "options", None) if getattr(section, "COMPONENT", None) else None
+    return [f.name for f in public_fields(type(options))] if options is not None else []
+
+
+def _child(section: Any, key: str) -> Any:
+    """`section.key`, or the component's own option `key` (`task.dataset.size` is `spec.task.dataset.options.size`)."""
+    if key in _own_names(section):
+        return getattr(section.options, key)
+    return getattr(section, key)
 
 
 def set_path(data: dict, path: tuple, value: Any, text: str) -> None:

@@ -152,7 +152,13 @@ def to_plain(obj: Any) -> Any:
     if isinstance(obj, Space):
         return [dataclasses.asdict(d) for d in obj.dims]
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in public_fields(type(obj))}
+        out = {f.name: to_plain(getattr(obj, f.name)) for f in public_fields(type(obj))}
+        if getattr(obj, "COMPONENT", None):  # a component section: its entry's own options beside the common keys
+            out.update({k: to_plain(v) for k, v in getattr(obj, "ignored", ())})
+            options = getattr(obj, "options", None)
+            if options is not None:
+                out.update(to_plain(options))
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_plain(x) for x in obj]
     if isinstance(obj, dict):
@@ -225,7 +231,14 @@ def with_earlier_defaults(spec: Spec) -> Spec | None:
 
 def _drop_added(plain: dict, spec: Spec) -> None:
     """Keys added later, out of the hashes while they cannot apply: run directories made before them
-    keep their spec hash and their runs' keys (and resume). A section may be nested ("search.transfer")."""
+    keep their spec hash and their runs' keys (and resume). A section may be nested ("search.transfer").
+    And the retired keys of `task.dataset` (`schema.DatasetConfig.RETIRED`) in them at their old defaults where the
+    dataset does not own them: the hashes of the flat section every dataset's options once shared."""
+    task = plain.get("task")
+    dataset = task.get("dataset") if isinstance(task, dict) else None
+    if isinstance(dataset, dict):
+        for key, old in schema.DatasetConfig.RETIRED.items():
+            dataset.setdefault(key, old)
     for section, key, applies in _ADDED_KEYS:
         node: Any = plain  # a nested mapping, or None past a missing section
         for part in section.split("."):

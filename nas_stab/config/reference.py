@@ -10,7 +10,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from nas_stab.config import schema
+from nas_stab.config import hooks, schema
 from nas_stab.config.build import MAX_NUMBER, _type_hints, is_union, public_fields, type_name
 from nas_stab.config.json_schema import _SPECIAL, SECTIONS
 
@@ -97,7 +97,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _section(cls, path: tuple[str, ...], out: list[str]) -> None:
+def _section(cls, path: tuple[str, ...], out: list[str], plugins: bool) -> None:
     hints = _type_hints(cls)
     nested = []
     title = ".".join(path)
@@ -117,19 +117,44 @@ def _section(cls, path: tuple[str, ...], out: list[str]) -> None:
             out.append(f"| `{title}.{f.name}` | {what} | | | {_cell(doc)}see the `{'.'.join(p)}` section below |")
             continue
         desc = _SPECIAL[p]["description"] if p in _SPECIAL else f.metadata.get("doc", "")
-        out.append(f"| `{title}.{f.name}` | {_cell(type_name(tp))} | {_cell(_default(f))} | {_cell(_range(f.metadata, _numeric(tp)))} | {_cell(desc)} |")
+        out.append(_row(title, f, tp, desc))
     out.append("")
+    component = getattr(cls, "COMPONENT", None)
+    if component:
+        _own_options(component, title, out, plugins)
     for tp, p in nested:
-        _section(tp, p, out)
+        _section(tp, p, out, plugins)
 
 
-def markdown_reference() -> str:
+def _row(title: str, f: dataclasses.Field, tp: Any, desc: str) -> str:
+    return f"| `{title}.{f.name}` | {_cell(type_name(tp))} | {_cell(_default(f))} | {_cell(_range(f.metadata, _numeric(tp)))} | {_cell(desc)} |"
+
+
+def _own_options(component: str, title: str, out: list[str], plugins: bool) -> None:
+    """Each entry's own options (its registry entry's class), one table per entry that has any."""
+    out.append(f"The other keys of `{title}` are the named {component}'s own options:\n")
+    for name, task, cls in hooks.option_classes(component, plugins=plugins):
+        if cls is None:
+            continue
+        out.append(f"### {title}: {name} ({task})\n")
+        out.append("| key | type | default | range | description |")
+        out.append("| --- | --- | --- | --- | --- |")
+        hints = _type_hints(cls)
+        for f in public_fields(cls):
+            out.append(_row(title, f, hints[f.name], f.metadata.get("doc", "")))
+        out.append("")
+    names = [n for n, _t, c in hooks.option_classes(component, plugins=plugins) if c is None]
+    out.append(f"{', '.join(names)}: no options of their own.\n")
+
+
+def markdown_reference(plugins: bool = False) -> str:
+    """The reference page (docs/experiment-file.md: nas_stab's own components; `plugins`: the installed ones' too)."""
     out = [HEADER]
     hints = _type_hints(schema.Spec)
     for f in public_fields(schema.Spec):
         tp: Any = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            _section(tp, (f.name,), out)
+            _section(tp, (f.name,), out, plugins)
         elif typing.get_origin(tp) is None and f.name == "space":
             out.append(SPACE)
     return "\n".join(out).rstrip() + "\n"

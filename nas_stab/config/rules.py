@@ -79,7 +79,7 @@ def check_config(spec: Spec, ctx: Ctx) -> None:
 
 
 def check_run_time_values(spec: Spec, ctx: Ctx) -> None:
-    """The device exists, the synthetic shape is one the data can take."""
+    """The device exists."""
     dev = spec.train.device
     if dev.startswith("cuda"):
         import torch  # deferred: loads torch only when this runs
@@ -89,6 +89,3 @@ def check_run_time_values(spec: Spec, ctx: Ctx) -> None:
         if index >= n:
             have = f"{n} CUDA device(s)" if n else "no CUDA (torch.cuda.is_available() is False)"
             raise ctx.error(("train", "device"), f"{dev} asked, this machine has {have}; use auto or cpu")
-    shape = spec.task.dataset.shape
-    if len(shape) not in (1, 3) or any(v < 1 for v in shape) or math.prod(shape) > 10**7:
-        raise ctx.error(("task", "dataset", "shape"), f"must be (C, H, W) or (D,) of positive sizes, at most 10^7 values; got {list(shape)}")

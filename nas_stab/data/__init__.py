@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nas_stab.config import hooks
-from nas_stab.config.schema import Spec
+from nas_stab.config.schema import DatasetConfig, Spec, TaskConfig
 from nas_stab.data import catalog  # noqa: F401 - the built-in datasets' entries (their loaders load on first use)
 from nas_stab.data.base import DATASETS, DataInfo, cache_dir, resolve_root
 
@@ -29,6 +30,25 @@ def dataset_key(spec: Spec) -> str:
     name = spec.task.dataset.name
     qualified = f"{spec.task.kind}/{name}"
     return qualified if qualified in DATASETS else name
+
+
+def dataset_options(section: Mapping[str, Any], task: Mapping[str, Any]) -> type | None:
+    """The options class of the dataset `section` (a `task.dataset` mapping) names; KeyError when none is registered."""
+    name = section.get("name", DatasetConfig.name)
+    qualified = f"{task.get('kind', TaskConfig.kind)}/{name}"
+    key = qualified if qualified in DATASETS else name
+    if not isinstance(key, str) or key not in DATASETS:
+        raise KeyError(name)
+    return DATASETS.entry(key).info.get("options")
+
+
+def dataset_option_classes(plugins: bool) -> list[tuple[str, str, type | None]]:
+    """Every dataset's (YAML name, task kind, options class): "translation/synthetic" is `name: synthetic`."""
+    return [(name.rpartition("/")[2], e.info.get("task", "classification"), e.info.get("options"))
+            for name, e in DATASETS.items() if plugins or "plugin" not in e.info]
+
+
+hooks.register_options("dataset", dataset_options, dataset_option_classes)
 
 
 @hooks.register("config", "dataset")

@@ -55,14 +55,15 @@ def load_digits(cfg, device):
 
 
 def load_synthetic(cfg, device):
+    o = cfg.options  # catalog.SyntheticOptions
     g = torch.Generator().manual_seed(1000 + cfg.split_seed)
-    shape = tuple(cfg.shape)
+    shape = tuple(o.shape)
     dim = int(np.prod(shape))
-    protos = torch.randn(cfg.classes, dim, generator=g)
-    y = torch.randint(0, cfg.classes, (cfg.size,), generator=g)
-    x = protos[y] + cfg.noise * torch.randn(cfg.size, dim, generator=g) * np.sqrt(1.0)
+    protos = torch.randn(o.classes, dim, generator=g)
+    y = torch.randint(0, o.classes, (o.size,), generator=g)
+    x = protos[y] + o.noise * torch.randn(o.size, dim, generator=g) * np.sqrt(1.0)
     x = x / x.std()
-    return _make(cfg, "synthetic", x.view(cfg.size, *shape), y, cfg.classes, "synthetic").to(device)
+    return _make(cfg, "synthetic", x.view(o.size, *shape), y, o.classes, "synthetic").to(device)
 
 
 MNIST1D_SEED = 42  # the generator seed of the published MNIST-1D (its default): size 5000 gives the paper's data set
@@ -78,7 +79,7 @@ def load_mnist1d(cfg, device):
     except ImportError as e:  # a declared dependency: only a broken environment lacks it
         raise DataError(f"mnist1d: the mnist1d package is not importable ({e}); pip install mnist1d") from None
     args = get_dataset_args()
-    args.num_samples = int(cfg.size)
+    args.num_samples = int(cfg.options.size)  # catalog.Mnist1dOptions
     args.seed = MNIST1D_SEED
     py_state, np_state = random.getstate(), np.random.get_state()
     try:

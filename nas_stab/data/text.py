@@ -212,19 +212,20 @@ def _encode_split(sp, src: list[str], tgt: list[str], max_len: int, train: bool)
 def build_text_data(cfg, name: str, pairs: dict[str, tuple[list[str], list[str]]], device, source: str = "") -> TextData:
     """Train (or load) the tokenizer on pairs['train'] and encode every split."""
     train = pairs["train"]
-    sp = train_tokenizer(train[0], train[1], cfg.vocab_size, getattr(cfg, "tokenizer", "bpe"), cache_dir(cfg))
+    o = cfg.options  # catalog.TranslationOptions (or a class extending it)
+    sp = train_tokenizer(train[0], train[1], o.vocab_size, o.tokenizer, cache_dir(cfg))
     splits, notes = {}, []
     for k in SPLITS:
         if k not in pairs:
             continue
-        split, dropped = _encode_split(sp, pairs[k][0], pairs[k][1], cfg.max_len, train=k == "train")
+        split, dropped = _encode_split(sp, pairs[k][0], pairs[k][1], o.max_len, train=k == "train")
         if len(split) == 0:
-            raise DataError(f"{name}: the {k} split is empty after dropping pairs longer than max_len={cfg.max_len}")
+            raise DataError(f"{name}: the {k} split is empty after dropping pairs longer than max_len={o.max_len}")
         splits[k] = split
-        notes.append(f"{len(split)} {k}" + (f" ({dropped} dropped: empty or > {cfg.max_len} tokens)" if dropped else ""))
+        notes.append(f"{len(split)} {k}" + (f" ({dropped} dropped: empty or > {o.max_len} tokens)" if dropped else ""))
     V = sp.get_piece_size()
     info = DataInfo(name, (), V, {"vocab": V, "src_vocab": V, "tgt_vocab": V, "pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS,
-                                  "src": cfg.src, "tgt": cfg.tgt, "tokenizer": f"sentencepiece {getattr(cfg, 'tokenizer', 'bpe')}"})
+                                  "src": o.src, "tgt": o.tgt, "tokenizer": f"sentencepiece {o.tokenizer}"})
     note = f"{source}: " if source else ""
     return TextData(info, sp, splits, note + ", ".join(notes) + f"; joint vocabulary {V}").to(device)
 
@@ -255,11 +256,12 @@ def _multi30k_file(root: Path, stem: str, lang: str) -> Path:
 
 def load_multi30k(cfg, device):
     root = resolve_root(cfg.root)
+    o = cfg.options  # catalog.TranslationOptions
     pairs = {}
     for k, stem in MULTI30K_SPLITS.items():
-        p = _read_pair(_multi30k_file(root, stem, cfg.src), _multi30k_file(root, stem, cfg.tgt))
+        p = _read_pair(_multi30k_file(root, stem, o.src), _multi30k_file(root, stem, o.tgt))
         pairs[k] = _subset(p, getattr(cfg, k), cfg.split_seed, salt=SPLITS.index(k))
-    return build_text_data(cfg, "multi30k", pairs, device, f"multi30k {cfg.src}-{cfg.tgt}")
+    return build_text_data(cfg, "multi30k", pairs, device, f"multi30k {o.src}-{o.tgt}")
 
 
 # ---------------------------------------------------------------- text_pairs
@@ -278,19 +280,20 @@ def _user_path(root: Path, p: str) -> Path:
 
 def load_text_pairs(cfg, device):
     root = resolve_root(cfg.root)
-    train = _read_pair(_user_path(root, cfg.train_src), _user_path(root, cfg.train_tgt))
+    o = cfg.options  # catalog.TextPairsOptions
+    train = _read_pair(_user_path(root, o.train_src), _user_path(root, o.train_tgt))
     pairs = {}
-    if cfg.val_src is not None:
-        val = _read_pair(_user_path(root, cfg.val_src), _user_path(root, cfg.val_tgt))
+    if o.val_src is not None:
+        val = _read_pair(_user_path(root, o.val_src), _user_path(root, o.val_tgt))
         pairs["val"] = _subset(val, cfg.val, cfg.split_seed, 1)
     else:
         train, val = _carve(train, cfg.val, cfg.split_seed)
         pairs["val"] = val
     pairs["train"] = _subset(train, cfg.train, cfg.split_seed, 0)
-    if cfg.test_src is not None:
-        test = _read_pair(_user_path(root, cfg.test_src), _user_path(root, cfg.test_tgt))
+    if o.test_src is not None:
+        test = _read_pair(_user_path(root, o.test_src), _user_path(root, o.test_tgt))
         pairs["test"] = _subset(test, cfg.test, cfg.split_seed, 2)
-    return build_text_data(cfg, "text_pairs", pairs, device, f"text_pairs {cfg.train_src}")
+    return build_text_data(cfg, "text_pairs", pairs, device, f"text_pairs {o.train_src}")
 
 
 # ---------------------------------------------------------------- synthetic
@@ -365,7 +368,7 @@ def synthetic_pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
 
 
 def load_synthetic_translation(cfg, device):
-    s, t = synthetic_pairs(cfg.size, cfg.split_seed)
+    s, t = synthetic_pairs(cfg.options.size, cfg.split_seed)  # catalog.SyntheticTranslationOptions
     n = len(s)
     n_test = cfg.test if cfg.test is not None else max(1, n // 10)
     n_val = cfg.val if cfg.val is not None else max(1, n // 10)

@@ -41,8 +41,8 @@ def common(spec: Spec, *, conv: bool):
                             f"{m.arch}'s stock init is kaiming")
     if conv:
         d = spec.task.dataset
-        if d.name == "synthetic" and len(d.shape) != 3:
-            return ("task", "dataset", "shape"), f"{m.arch} is a CNN and needs image inputs (C, H, W); got shape {list(d.shape)}"
+        if d.name == "synthetic" and spec.task.kind == "classification" and len(d.options.shape) != 3:
+            return ("task", "dataset", "shape"), f"{m.arch} is a CNN and needs image inputs (C, H, W); got shape {list(d.options.shape)}"
     elif m.ln_mode != "chw":
         return _bad("ln_mode", f"ln_mode: {m.ln_mode} chooses the LN of CNNs; {m.arch} has no spatial dimensions")
     path = m.parametrization == "path" or m.norm == "path_bn"

@@ -10,7 +10,8 @@ from nas_stab.data.tensors import TensorData
 
 
 def load_moons(cfg: DatasetConfig, device: torch.device | str) -> TensorData:
-    """`cfg.size` points with Gaussian noise `cfg.noise`, the same for every trial (`cfg.split_seed`)."""
-    x, y = make_moons(n_samples=cfg.size, noise=cfg.noise, random_state=cfg.split_seed)
+    """`size` points with Gaussian noise `noise` (the plugin's own options, `cfg.options`), the same for every trial
+    (`cfg.split_seed`)."""
+    x, y = make_moons(n_samples=cfg.options.size, noise=cfg.options.noise, random_state=cfg.split_seed)
     return from_arrays(cfg, "moons", torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.int64), 2,
                        source="moons (scikit-learn make_moons)")
