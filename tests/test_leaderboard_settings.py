@@ -90,7 +90,11 @@ def _old_spec_hash(spec) -> str:
     """spec_hash as the code before leaderboard settings were refreshed computed it (a verbatim copy)."""
     from nas_stab.config import to_plain
 
+    from nas_stab.config.schema import DatasetConfig
+
     plain = to_plain(spec)
+    for k, v in DatasetConfig.RETIRED.items():  # every dataset's section then held every dataset's options
+        plain["task"]["dataset"].setdefault(k, v)
     plain.pop("description", None)
     plain.pop("runner", None)
     plain.pop("leaderboard", None)

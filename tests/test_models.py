@@ -415,5 +415,8 @@ def test_layer_skip_off_keeps_every_earlier_spec_hash_and_run_key():
               "ffn_ratio"):
         plain["model"].pop(k)
     plain["stability"].pop("budget")  # (added after layer_skip)
+    from nas_stab.config.schema import DatasetConfig
+
+    plain["task"]["dataset"].update({**DatasetConfig.RETIRED, **plain["task"]["dataset"]})  # then every dataset had every option
     before = hashlib.sha256(json.dumps({"config": plain, "seed": 0}, sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert config_key(off, 0) == before

@@ -17,7 +17,7 @@ def test_every_key_error_is_reported_each_on_its_line(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert lines == [
-        f"error: {p}:3: task.dataset.trian: unknown key; did you mean 'train'?",
+        f"error: {p}:3: task.dataset.trian: unknown key for dataset 'digits'; did you mean 'train'?",
         f"error: {p}:4: model.depth: must be >= 1, got 0",
         f"error: {p}:5: train.batch_size: must be an integer, got 'big'",
     ], r.stderr
