@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nas_stab.analysis.grid import Grid
 from nas_stab.analysis.optimum_fit import _take, did_not_learn
 
 __all__ = ["NEAR_OCTAVES", "near_carried"]
@@ -21,12 +22,13 @@ __all__ = ["NEAR_OCTAVES", "near_carried"]
 NEAR_OCTAVES = 2.0
 
 
-def near_carried(V: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At each [row, size]: whether a cell near the carried lr t[row] partly failed (some seeds learned, others did
+def near_carried(g: Grid, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At each [row, size] of the grid `g`: whether a cell near the carried lr t[row] partly failed (some seeds learned, others did
     not) at some size of the row (the tried lrs that bracket t, the next tried lr beyond each of them and every lr
     within NEAR_OCTAVES of t), the fewest seeds of the cells that bracket t
     (its own cell where t is a tried lr; 0 where the size's grid does not reach t), and whether a run of those
     cells did not learn (diverged or stuck: the carried lr fails there)."""
+    V, X, sign, thr = g.V, g.X, g.sign, g.thr
     K, S, L, _ = V.shape
     n_cell = np.isfinite(V).sum(-1)  # [K, S, L]
     fin = n_cell > 0

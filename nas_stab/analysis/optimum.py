@@ -22,13 +22,13 @@ in `optimum_regret.py`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from nas_stab.analysis.carried import near_carried
+from nas_stab.analysis.grid import Grid, Optimum
 from nas_stab.analysis.intervals import factor, widen
 from nas_stab.analysis.optimum_fit import EPS, _nanquantiles, _quiet, _take, did_not_learn, fit
 from nas_stab.analysis.optimum_regret import bound_transfer_regrets, hidden_gain
@@ -73,12 +73,11 @@ def _neighbours(fin: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 _REPS = ("drift", "slope", "regret", "worst", "xstar", "score", "worst_at", "d")
 
 
-def _bootstrap(V: np.ndarray, P: np.ndarray, X: np.ndarray, n_size: np.ndarray, *, sign: float, thr: np.ndarray,
-               U: np.ndarray, ref: np.ndarray, no_parabola: np.ndarray, n_boot: int,
-               seed: int) -> dict[str, np.ndarray]:
+def _bootstrap(g: Grid, n_size: np.ndarray, *, n_boot: int, seed: int) -> dict[str, np.ndarray]:
     """Replicates [n_boot, ...] of `fit`'s statistics: each (row, size) resamples its own seeds, the same
     draw for every lr of the size; a cell whose seeds a resample all missed keeps its point mean."""
-    K, S, L, N = V.shape
+    V = g.V
+    K, S, L, N = g.shape
     out: dict[str, list] = {k: [] for k in _REPS}
     if n_boot <= 0 or K == 0:
         return {}
@@ -96,9 +95,9 @@ def _bootstrap(V: np.ndarray, P: np.ndarray, X: np.ndarray, n_size: np.ndarray, 
         W = np.bincount(flat, minlength=K * b * S * N).reshape(K, b, S, N).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             Mb = np.einsum("kbsn,ksln->bksl", W, Vf) / np.einsum("kbsn,ksln->bksl", W, mask)
-        Mb = np.where(np.isnan(Mb), P[None], Mb)
+        Mb = np.where(np.isnan(Mb), g.P[None], Mb)
         with _quiet():
-            r = fit(Mb, X, sign, thr, U, ref, full=False, pruned=no_parabola)
+            r = fit(Mb, g, full=False)
         for name in _REPS:
             out[name].append(r[name])
         done += b
@@ -140,24 +139,23 @@ def estimate(per_seed: pd.DataFrame, cells: pd.DataFrame, *, sign: float, thr: n
         U = np.log2(size_num) if sized else np.full(S, np.nan)
     present = np.isfinite(V).any((-1, -2))
     ref = _reference_sizes(present, ref_code, notes)
-    no_parabola = _no_parabola(per_seed, l_loc, V, sign, thr)
     with _quiet():
         P = np.nanmean(V, -1)
-        point = fit(P[None], X, sign, thr, U, ref, pruned=no_parabola)
-    reps = _bootstrap(V, P, X, n_size, sign=sign, thr=thr, U=U, ref=ref, no_parabola=no_parabola,
-                      n_boot=n_boot, seed=seed)
-    opt = _locate(V, P, X, sign, thr, point)
+    g = Grid(V=V, P=P, X=X, U=U, thr=thr, ref=ref, no_parabola=_no_parabola(per_seed, l_loc, V, sign, thr), sign=sign)
+    with _quiet():
+        point = fit(P[None], g)
+    reps = _bootstrap(g, n_size, n_boot=n_boot, seed=seed)
+    opt = _locate(g, point)
     xlo, xhi, blo, bhi = _optimum_intervals(opt, reps, ci)
 
     rows = pd.DataFrame(index=pd.Index(np.arange(K), name="_k"))
     rows["lr_drift"] = point["drift"][0]
     rows["lr_drift_lo"], rows["lr_drift_hi"] = _drift_interval(opt.trains, blo, bhi)
-    fail_near, carried_seeds, carried_fails = near_carried(V, X, sign, thr, point["t"][0])
+    fail_near, carried_seeds, carried_fails = near_carried(g, point["t"][0])
     gain = hidden_gain(X, opt)
     _statistic_intervals(rows, point, reps, opt.n_row, ci, reflect=cast(np.ndarray, ~fail_near.any(-1)))  # [row]
     if reps:
-        bound_transfer_regrets(rows, V=V, P=P, X=X, sign=sign, thr=thr, U=U, ref=ref, point=point, reps=reps, opt=opt,
-                               no_parabola=no_parabola, ci=ci, gain=gain)
+        bound_transfer_regrets(rows, g, point=point, reps=reps, opt=opt, ci=ci, gain=gain)
     _summarize_rows(rows, V, point, opt, present, n_size, ref)
     sizes = _size_table(cells, point, reps, opt, n_size, present, Lc, lr_float, ref, sign=sign, ci=ci, xlo=xlo, xhi=xhi,
                         open_above=np.isinf(gain) & opt.trains)
@@ -215,47 +213,9 @@ def _replication(V: np.ndarray, P: np.ndarray, j: np.ndarray,
     return below, above, n_rest, n_row
 
 
-@dataclass(frozen=True)
-class _Optimum:
-    """Each size's optimum [row, size] on its grid: the grid optimum j (log2 lr xj, value yj in metric direction)
-    and the nearest tried lrs below and above it (index, log2 lr, whether it trains), the seeds it rests on
-    (n_rest; per row n_row), how far it may reach toward each neighbour (reach_lo, reach_hi), whether a
-    parabola refined it and, if so, its fit allowance (fit_lo, fit_hi); SP are the seed-mean curves in
-    metric direction."""
-
-    j: np.ndarray
-    trains: np.ndarray
-    n_rest: np.ndarray
-    n_row: np.ndarray
-    below: np.ndarray
-    above: np.ndarray
-    xj: np.ndarray
-    x_below: np.ndarray
-    x_above: np.ndarray
-    yj: np.ndarray
-    tr_below: np.ndarray
-    tr_above: np.ndarray
-    reach_lo: np.ndarray
-    reach_hi: np.ndarray
-    unrefined: np.ndarray
-    refined: np.ndarray
-    fit_lo: np.ndarray
-    fit_hi: np.ndarray
-    xfit_lo: np.ndarray
-    xfit_hi: np.ndarray
-    SP: np.ndarray
-
-    def neighbourhood(self, lo: np.ndarray, hi: np.ndarray, printed: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """An interval of the optima stretched over each one's grid neighbourhood (unrefined) or its fit allowance
-        (refined: `MISFIT`, or `XSTAR_MISFIT` for the `printed` x* interval); NaN at a size that does not train."""
-        f_lo, f_hi = (self.xfit_lo, self.xfit_hi) if printed else (self.fit_lo, self.fit_hi)
-        lo = np.where(self.unrefined, np.minimum(lo, self.reach_lo), np.where(self.refined, np.minimum(lo, f_lo), lo))
-        hi = np.where(self.unrefined, np.maximum(hi, self.reach_hi), np.where(self.refined, np.maximum(hi, f_hi), hi))
-        return np.where(self.trains, lo, np.nan), np.where(self.trains, hi, np.nan)
-
-
-def _locate(V: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, point: dict) -> _Optimum:
-    """Each size's point optimum with its grid neighbourhood and replication (`_Optimum`)."""
+def _locate(g: Grid, point: dict) -> Optimum:
+    """Each size's point optimum with its grid neighbourhood and replication (`Optimum`)."""
+    V, P, X, sign, thr = g.V, g.P, g.X, g.sign, g.thr
     K, L = V.shape[0], V.shape[2]
     j, trains = point["j"][0], point["trains"][0]
     below, above, n_rest, n_row = _replication(V, P, j, trains)
@@ -281,13 +241,13 @@ def _locate(V: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, thr: np.nd
     fit_lo = xv - MISFIT * wide  # the wider of the two steps on both sides: on an uneven grid the vertex errs by that one
     fit_hi = xv + MISFIT * wide
     xfit_lo, xfit_hi = xv - XSTAR_MISFIT * wide, xv + XSTAR_MISFIT * wide
-    return _Optimum(j=j, trains=trains, n_rest=n_rest, n_row=n_row, below=below, above=above, xj=xj, x_below=x_below,
+    return Optimum(j=j, trains=trains, n_rest=n_rest, n_row=n_row, below=below, above=above, xj=xj, x_below=x_below,
                     x_above=x_above, yj=yj, tr_below=tr_below, tr_above=tr_above, reach_lo=reach_lo, reach_hi=reach_hi,
                     unrefined=unrefined, refined=refined, fit_lo=fit_lo, fit_hi=fit_hi,
                     xfit_lo=xfit_lo, xfit_hi=xfit_hi, SP=SP)
 
 
-def _optimum_intervals(opt: _Optimum, reps: dict, ci: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _optimum_intervals(opt: Optimum, reps: dict, ci: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each size's optimum interval (xlo, xhi) and the simultaneous band over the sizes (blo, bhi), all
     [row, size]; NaN without replicates or where the optimum rests on fewer than 2 seeds."""
     n_rest, trains = opt.n_rest, opt.trains
@@ -359,7 +319,7 @@ def _regret_interval(arr: np.ndarray, th: np.ndarray, lo: np.ndarray, hi: np.nda
     return lo, hi
 
 
-def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimum, present: np.ndarray,
+def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: Optimum, present: np.ndarray,
                     n_size: np.ndarray, ref: np.ndarray) -> None:
     """Add the sensitivity, the counts of sizes and seeds, the reference size and the pooled seed spread to `rows`."""
     N = V.shape[3]
@@ -377,7 +337,7 @@ def _summarize_rows(rows: pd.DataFrame, V: np.ndarray, point: dict, opt: _Optimu
         rows["spread"] = np.sqrt(np.nan_to_num(np.nanmean(np.where(present, var, np.nan), -1)))
 
 
-def _size_table(cells: pd.DataFrame, point: dict, reps: dict, opt: _Optimum, n_size: np.ndarray, present: np.ndarray,
+def _size_table(cells: pd.DataFrame, point: dict, reps: dict, opt: Optimum, n_size: np.ndarray, present: np.ndarray,
                 Lc: np.ndarray, lr_float: np.ndarray, ref: np.ndarray, *, sign: float, ci: float, xlo: np.ndarray,
                 xhi: np.ndarray, open_above: np.ndarray) -> pd.DataFrame:
     """One row per (row, size) that has runs: its optimum with its interval, censoring, seeds and regret."""

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from nas_stab.analysis.grid import Grid
+
 __all__ = ["EPS", "did_not_learn", "fit"]
 
 EPS = 1e-9
@@ -68,14 +70,15 @@ def _nanquantiles(arr: np.ndarray, qs: Sequence[float]) -> list[np.ndarray]:
     return out
 
 
-def fit(M: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, U: np.ndarray, ref: np.ndarray, *,
-        full: bool = True, pruned: np.ndarray | None = None, at: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def fit(M: np.ndarray, g: Grid, *, full: bool = True, pruned: np.ndarray | None = None,
+        at: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Optima, drift, slope, regrets and sensitivity of seed-mean curves M[B, row, size, lr]
-    (NaN: not tried) on the grids X[row, lr] (log2 lr, NaN padding), with U[size] = log2(size),
-    ref[row] the reference size code and thr[row, size] the trains threshold in metric direction;
-    pruned[row, size, lr] marks the cells no parabola may pass through (a pruned run, or a seed that
-    did not learn). `at[B, row]`, when given, replaces the reference size's optimum as the lr carried
-    to every size. See docs/leaderboard.md for each formula."""
+    (NaN: not tried) on the grid `g` (its lrs X, sizes U, reference sizes ref, trains threshold thr in metric
+    direction, sign); `pruned`[row, size, lr] marks the cells no parabola may pass through (default
+    `g.no_parabola`: a pruned run, or a seed that did not learn). `at[B, row]`, when given, replaces the
+    reference size's optimum as the lr carried to every size. See docs/leaderboard.md for each formula."""
+    X, sign, thr, U, ref = g.X, g.sign, g.thr, g.U, g.ref
+    pruned = g.no_parabola if pruned is None else pruned
     K, S = M.shape[1:3]
     thr = np.broadcast_to(np.asarray(thr, dtype=float), (K, S))
     score = sign * M

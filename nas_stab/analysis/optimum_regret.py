@@ -8,73 +8,33 @@ near-tied cells (`_widen_to_selection_floor`), the value an unrefined optimum be
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.grid import Grid, Optimum
 from nas_stab.analysis.optimum_fit import _nanquantiles, _quiet, _take, fit
-
-if TYPE_CHECKING:
-    class _Optimum(Protocol):
-        """What this module reads of `optimum._Optimum` (which it cannot import: `optimum` imports this module)."""
-
-        @property
-        def j(self) -> np.ndarray: ...
-        @property
-        def trains(self) -> np.ndarray: ...
-        @property
-        def below(self) -> np.ndarray: ...
-        @property
-        def above(self) -> np.ndarray: ...
-        @property
-        def xj(self) -> np.ndarray: ...
-        @property
-        def x_below(self) -> np.ndarray: ...
-        @property
-        def x_above(self) -> np.ndarray: ...
-        @property
-        def yj(self) -> np.ndarray: ...
-        @property
-        def tr_below(self) -> np.ndarray: ...
-        @property
-        def tr_above(self) -> np.ndarray: ...
-        @property
-        def reach_lo(self) -> np.ndarray: ...
-        @property
-        def reach_hi(self) -> np.ndarray: ...
-        @property
-        def unrefined(self) -> np.ndarray: ...
-        @property
-        def fit_lo(self) -> np.ndarray: ...
-        @property
-        def fit_hi(self) -> np.ndarray: ...
-        @property
-        def SP(self) -> np.ndarray: ...
 
 __all__ = ["bound_transfer_regrets", "hidden_gain"]
 
 _REGRETS = (("regret", "transfer_regret"), ("worst", "worst_regret"))
 
 
-def bound_transfer_regrets(rows: pd.DataFrame, *, V: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float,
-                           thr: np.ndarray, U: np.ndarray, ref: np.ndarray, point: dict[str, np.ndarray],
-                           reps: dict[str, np.ndarray], opt: _Optimum, no_parabola: np.ndarray, ci: float,
-                           gain: np.ndarray) -> None:
+def bound_transfer_regrets(rows: pd.DataFrame, g: Grid, *, point: dict[str, np.ndarray], reps: dict[str, np.ndarray],
+                           opt: Optimum, ci: float, gain: np.ndarray) -> None:
     """Widen the columns ``transfer_regret_lo/_hi`` and ``worst_regret_lo/_hi`` of `rows` (the bootstrap's
-    intervals) for what the bootstrap does not see; `opt` is `optimum._Optimum`, each size's located optimum, and
-    `gain` its `hidden_gain`."""
-    _widen_to_carried_ends(rows, P, X, sign, thr, U, ref, point, reps, opt, no_parabola, ci)
+    intervals) for what the bootstrap does not see; `point` and `reps` are `fit`'s statistics of the grid `g`
+    (its point estimate, its bootstrap replicates), `opt` each size's located optimum and `gain` its `hidden_gain`."""
+    _widen_to_carried_ends(rows, g, point, reps, opt, ci)
     # and a lower end free of the maximum's selection bias, which the seed bootstrap does not see where many
     # cells tie near the top (wide plateaus, fine grids, many seeds)
-    _widen_to_selection_floor(rows, V, X, point, opt, ref, sign)
+    _widen_to_selection_floor(rows, g, point, opt)
     # an unrefined optimum's value may lie above what was measured (`gain`): the regret of its size may be
     # that much larger
     _widen_by_hidden_gain(rows, gain, opt)
-    _censored_bounds(rows, point, opt.trains, ref)
+    _censored_bounds(rows, point, opt.trains, g.ref)
 
 
-def _carried_ends(opt: _Optimum, no_parabola: np.ndarray, reps: dict[str, np.ndarray],
+def _carried_ends(opt: Optimum, no_parabola: np.ndarray, reps: dict[str, np.ndarray],
                   ci: float) -> list[tuple[np.ndarray, bool, np.ndarray]]:
     """The other lrs [row, size] the reference size's optimum may be carried from, each with whether it
     widens both ends of the regret's interval (else the lower end only) and the cells no parabola may pass
@@ -100,17 +60,17 @@ def _carried_ends(opt: _Optimum, no_parabola: np.ndarray, reps: dict[str, np.nda
             (rep_lo, True, no_parabola), (rep_hi, True, no_parabola)]
 
 
-def _widen_to_carried_ends(rows: pd.DataFrame, P: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray,
-                           U: np.ndarray, ref: np.ndarray, point: dict[str, np.ndarray], reps: dict[str, np.ndarray],
-                           opt: _Optimum, no_parabola: np.ndarray, ci: float) -> None:
+def _widen_to_carried_ends(rows: pd.DataFrame, g: Grid, point: dict[str, np.ndarray], reps: dict[str, np.ndarray],
+                           opt: Optimum, ci: float) -> None:
     """Stretch each regret's interval over the regrets of carrying every lr of `_carried_ends` (the lower end
     only, for the ends that widen one side)."""
+    ref = g.ref
     ar = np.arange(len(ref))
     ref_trains = opt.trains[ar, ref]
-    for end, both, mask in _carried_ends(opt, no_parabola, reps, ci):
+    for end, both, mask in _carried_ends(opt, g.no_parabola, reps, ci):
         t = np.where(ref_trains, end[ar, ref], np.nan)
         t = np.where(np.isfinite(t), t, point["t"][0])
-        alt_v = _regrets_carrying(t, P, X, sign, thr, U, ref, mask)
+        alt_v = _regrets_carrying(t, g, mask)
         for name, col in _REGRETS:
             v = alt_v[name]
             upd = ref_trains & np.isfinite(v) & np.isfinite(rows[col + "_lo"].to_numpy())
@@ -119,11 +79,12 @@ def _widen_to_carried_ends(rows: pd.DataFrame, P: np.ndarray, X: np.ndarray, sig
                 rows[col + "_hi"] = np.where(upd, np.maximum(rows[col + "_hi"], v), rows[col + "_hi"])
 
 
-def _regrets_carrying(t: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, thr: np.ndarray, U: np.ndarray,
-                      ref: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-    """The mean and the worst regret [row] of carrying the lr t[row] to every size of the seed-mean curves P."""
+def _regrets_carrying(t: np.ndarray, g: Grid, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The mean and the worst regret [row] of carrying the lr t[row] to every size of the grid's seed-mean curves,
+    no parabola through the cells of `mask`."""
+    ref = g.ref
     ar = np.arange(len(ref))
-    alt = fit(P[None], X, sign, thr, U, ref, pruned=mask, full=False, at=t[None])
+    alt = fit(g.P[None], g, pruned=mask, full=False, at=t[None])
     d_alt = alt["d"][0].copy()
     d_alt[ar, ref] = np.where(np.isfinite(d_alt[ar, ref]), 0.0, np.nan)  # the reference size's own regret is 0
     with _quiet():
@@ -132,10 +93,9 @@ def _regrets_carrying(t: np.ndarray, P: np.ndarray, X: np.ndarray, sign: float, 
                 "worst": np.where(n_alt >= 2, np.nanmax(d_alt, -1), np.nan)}
 
 
-def _widen_to_selection_floor(rows: pd.DataFrame, V: np.ndarray, X: np.ndarray, point: dict[str, np.ndarray],
-                              opt: _Optimum, ref: np.ndarray, sign: float) -> None:
+def _widen_to_selection_floor(rows: pd.DataFrame, g: Grid, point: dict[str, np.ndarray], opt: Optimum) -> None:
     """Lower each regret's lower end to `_regret_floor`."""
-    for col, v in zip(("worst_regret", "transfer_regret"), _regret_floor(V, opt.SP, X, point, opt.trains, ref, sign)):
+    for col, v in zip(("worst_regret", "transfer_regret"), _regret_floor(g.V, opt.SP, g.X, point, opt.trains, g.ref, g.sign)):
         cur = rows[col + "_lo"].to_numpy()
         rows[col + "_lo"] = np.where(np.isfinite(cur) & np.isfinite(v), np.minimum(cur, v), cur)
 
@@ -170,7 +130,7 @@ def _regret_floor(V: np.ndarray, SP: np.ndarray, X: np.ndarray, point: dict[str,
         return np.nanmax(lo, -1), np.nanmean(lo, -1)
 
 
-def hidden_gain(X: np.ndarray, opt: _Optimum) -> np.ndarray:
+def hidden_gain(X: np.ndarray, opt: Optimum) -> np.ndarray:
     """What an unrefined optimum [row, size] beside an lr that does not train may hide above its measured value
     (``inf``: no bound, the optimum's other neighbour does not train either, or there is none)."""
     K, L = X.shape
@@ -189,7 +149,7 @@ def hidden_gain(X: np.ndarray, opt: _Optimum) -> np.ndarray:
     return gain
 
 
-def _widen_by_hidden_gain(rows: pd.DataFrame, gain: np.ndarray, opt: _Optimum) -> None:
+def _widen_by_hidden_gain(rows: pd.DataFrame, gain: np.ndarray, opt: Optimum) -> None:
     """Raise each regret's upper end by the largest `hidden_gain` of the row's sizes that train."""
     g = np.where(opt.trains, gain, 0.0).max(-1)
     for col in ("transfer_regret", "worst_regret"):

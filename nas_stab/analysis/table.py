@@ -34,8 +34,8 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,7 @@ from nas_stab.analysis.values import NONE, canon, fill_base, fmt_value, value_co
 from nas_stab.analysis.verdicts import CRITERIA, DEFAULT_EPSILON, parse_epsilon, rank, stable, verdicts
 from nas_stab.errors import RunError
 
-__all__ = ["Analysis", "Settings", "analyze", "fill_base", "fmt_value", "no_learning", "stuck_undefined"]
+__all__ = ["Analysis", "Settings", "TableSettings", "analyze", "fill_base", "fmt_value", "no_learning", "stuck_undefined"]
 
 BLEU_SHARE = 0.2  # a BLEU cell trains only at this share of the table's best BLEU at its size (docs/leaderboard.md)
 
@@ -96,63 +96,70 @@ class Analysis:
 # ---------------------------------------------------------------- analysis
 
 
-def analyze(
-    trials: pd.DataFrame,
-    *,
-    lr: str = "train.lr",
-    transfer: str | None = None,
-    compare: Sequence[str] = (),
-    metric: str = "val_acc",
-    reference: Any = None,
-    tolerance: float = 1.0,
-    epsilon: float | str | None = None,
-    criterion: str = "regret",
-    report: str | None = None,
-    classes: int | None = None,
-    m0: float | None = None,
-    margin: float | None = None,
-    base: Mapping[str, Any] | None = None,
-    n_boot: int = 1000,
-    ci: float = 0.9,
-    boot_seed: int = 0,
-) -> Analysis:
-    """Compute the leaderboard of `trials` (definitions in docs/leaderboard.md).
+@dataclass(frozen=True)
+class TableSettings:
+    """What `analyze` is asked (docs/leaderboard.md): the ``leaderboard`` settings (`settings.settings(spec)` makes
+    them from a run's experiment), the task's class count, overrides of the no-learning level and the bootstrap.
 
-    Args:
-        trials: one row per trained run; needs the metric column and ``lr``
-            (unless `base` gives it); ``seed`` and ``status`` default to 0 and
-            ``complete``.
-        lr, transfer, compare, metric, reference: the ``leaderboard`` settings.
-        tolerance: ``leaderboard.tolerance_octaves``, the drift a "yes" allows (``criterion="drift"``).
-        epsilon: ``leaderboard.epsilon``, the regret a "yes" allows: a number in the metric's units, or a
-            string ``"N%"`` of the row's gap between its best value and m0 (default `DEFAULT_EPSILON`).
-        criterion: ``leaderboard.criterion``: "regret" (default) or "drift".
-        report: ``leaderboard.report``: the metric reported at the cells chosen on `metric`; None (default) its
-            held-out counterpart when the trials record it (val_acc -> test_acc), "none" no report.
-        classes: the task's class count (sets the no-learning value of accuracy and losses).
-        m0, margin: override the no-learning value and the "trains" margin.
-        base: the resolved spec (nested mapping), for keys that are not columns.
-        n_boot, ci, boot_seed: the paired seed bootstrap of the intervals.
+    lr, transfer, compare, metric, reference: the ``leaderboard`` keys (the lr key, the size axis, the row keys, the
+    metric judged, the reference size). tolerance: ``leaderboard.tolerance_octaves``, the drift a "yes" allows
+    (``criterion="drift"``). epsilon: ``leaderboard.epsilon``, the regret a "yes" allows: a number in the metric's
+    units or ``"N%"`` of the row's gap between its best value and m0 (None: `DEFAULT_EPSILON`). criterion: "regret"
+    or "drift". report: the metric reported at the cells chosen on `metric` (None: its held-out counterpart when the
+    trials record it, val_acc -> test_acc; "none": no report). classes: the task's class count (the no-learning value
+    of accuracy and losses). m0, margin: override the no-learning value and the "trains" margin. base: the resolved
+    spec (nested mapping), for keys that are not columns. n_boot, ci, boot_seed: the paired seed bootstrap."""
+
+    lr: str = "train.lr"
+    transfer: str | None = None
+    compare: tuple[str, ...] = ()
+    metric: str = "val_acc"
+    reference: Any = None
+    tolerance: float = 1.0
+    epsilon: float | str | None = None
+    criterion: str = "regret"
+    report: str | None = None
+    classes: int | None = None
+    m0: float | None = None
+    margin: float | None = None
+    base: Mapping[str, Any] | None = None
+    n_boot: int = 1000
+    ci: float = 0.9
+    boot_seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compare", tuple(self.compare or ()))  # a list or a tuple of keys
+
+
+def analyze(trials: pd.DataFrame, settings: TableSettings | None = None, /, **overrides: Any) -> Analysis:
+    """Compute the leaderboard of `trials` (definitions in docs/leaderboard.md) with `settings`, any of its fields
+    given as keywords instead (``analyze(t, transfer="model.width", metric="val_acc")``) or on top of it.
+
+    `trials` has one row per trained run; it needs the metric column and the lr (unless ``settings.base`` gives
+    it); ``seed`` and ``status`` default to 0 and ``complete``.
 
     Raises:
+        TypeError: a keyword that is not a field of `TableSettings`.
         RunError: the metric column (or a named report metric) is missing, or no row has a usable learning rate.
     """
-    compare = tuple(compare or ())
+    s = replace(settings or TableSettings(), **overrides)
+    lr, transfer, compare, metric = s.lr, s.transfer, s.compare, s.metric
+    classes, criterion, epsilon, tolerance, report = s.classes, s.criterion, s.epsilon, s.tolerance, s.report
     notes: list[str] = []
     if criterion not in CRITERIA:
         raise RunError(f"leaderboard criterion {criterion!r} is not one of {', '.join(CRITERIA)}")
     eps_rel, eps_abs = parse_epsilon(DEFAULT_EPSILON if epsilon is None else epsilon)
-    df, lr_num = _usable_trials(trials, lr, transfer, compare, metric, base, notes)
+    df, lr_num = _usable_trials(trials, lr, transfer, compare, metric, s.base, notes)
     direction = metrics.direction(metric)
     sign = 1.0 if direction == "maximize" else -1.0
-    coded = _coded_records(df, lr_num, metric, classes, m0, margin, sign, lr, transfer, compare, notes)
+    coded = _coded_records(df, lr_num, metric, classes, s.m0, s.margin, sign, lr, transfer, compare, notes)
     level, lr_float, size_vals, label_vals = coded.level, coded.lr_float, coded.size_vals, coded.label_vals
     per_seed, cells = _cell_tables(coded.rec, lr_float, level.stuck_na)
     margins = _mark_trains(cells, metric, sign, level, notes)
-    ref_code = _reference_code(transfer, reference, size_vals, notes)
+    ref_code = _reference_code(transfer, s.reference, size_vals, notes)
     size_num = np.array([float(v) if t == 0 and isinstance(v, (int, float)) else np.nan for t, v in size_vals], dtype=float)
     rows, sizes = estimate(per_seed, cells, sign=sign, thr=sign * level.m0 + margins, lr_float=lr_float, size_num=size_num,
-                           ref_code=ref_code, n_boot=n_boot, ci=ci, seed=boot_seed, sized=bool(transfer), notes=notes)
+                           ref_code=ref_code, n_boot=s.n_boot, ci=s.ci, seed=s.boot_seed, sized=bool(transfer), notes=notes)
     sizes["bracket_end"] = _bracket_ends(df, coded.label_codes, coded.size_codes, sizes)
     sizes = sizes.join(bracket_columns(sizes, cells, sign))
     rows = _row_facts(rows, cells, lr_float, sign, level, eps_rel, eps_abs)
@@ -166,14 +173,14 @@ def analyze(
     for c, v in report_at(rep_cells, cells["_k"], cells["_s"], cells["_l"]).items():  # after the cells' own columns
         cells[c] = v.array
 
-    settings = Settings(
-        metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=reference,
+    used = Settings(
+        metric=metric, direction=direction, lr_key=lr, transfer_key=transfer, compare=compare, reference=s.reference,
         m0=level.m0, margin=level.margin, m0_source=level.how, tolerance=float(tolerance), other_keys=tuple(coded.other),
         epsilon=DEFAULT_EPSILON if epsilon is None else epsilon, criterion=criterion,
-        n_boot=int(n_boot), ci=float(ci), boot_seed=int(boot_seed), notes=tuple(notes), stuck_na=level.stuck_na,
+        n_boot=int(s.n_boot), ci=float(s.ci), boot_seed=int(s.boot_seed), notes=tuple(notes), stuck_na=level.stuck_na,
         report=report, report_m0=rep_level.m0 if rep_level else math.nan,
     )
-    return Analysis(settings=settings, rows=rows, cells=cells, records=rec, sizes=sizes)
+    return Analysis(settings=used, rows=rows, cells=cells, records=rec, sizes=sizes)
 
 
 def _usable_trials(trials: pd.DataFrame, lr: str, transfer: str | None, compare: tuple[str, ...], metric: str,

@@ -2,14 +2,19 @@
 (docs/leaderboard.md)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
+from nas_stab.analysis.carried import NEAR_OCTAVES
 from nas_stab.analysis.optimum import EPS
 from nas_stab.analysis.values import fmt_value
 from nas_stab.metrics import parse_epsilon
 
-__all__ = ["CARRIED_SEEDS", "CRITERIA", "DEFAULT_EPSILON", "MIN_SEEDS", "VERDICT_ORDER", "parse_epsilon", "rank", "stable", "verdicts"]
+__all__ = ["CARRIED_SEEDS", "CRITERIA", "DEFAULT_EPSILON", "MIN_SEEDS", "RULES", "VERDICT_ORDER", "Rule", "parse_epsilon", "rank",
+           "rules_markdown", "stable", "verdicts"]
 
 VERDICT_ORDER = {"yes": 0, "inconclusive": 1, "no": 2}
 CRITERIA = ("regret", "drift")
@@ -23,10 +28,126 @@ MIN_SEEDS = 3  # a yes or a no needs at least this many seeds in every cell its 
 CARRIED_SEEDS = 10
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the rules read of one row: its columns `r`, its per-size columns `g` (`_size_columns`) and the names of
+    its sizes, the interval the criterion judges (lo, hi), its bound (epsilon or the tolerance) and how `why` writes
+    them (ci, unit), the sizes where no lr trains (dead), whether every optimum rests on enough seeds, the room a
+    drift verdict on unrefined optima needs, and the censored optima (name, side, lr, a bracket sweep's end)."""
+
+    r: dict
+    g: dict
+    name: np.ndarray
+    sized: bool
+    criterion: str
+    lo: float
+    hi: float
+    bound: float
+    ci: str
+    unit: str
+    dead: list[str]
+    enough: bool
+    room: float
+    cens: list[tuple]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One verdict rule: where it applies (`when`, rendered in docs/leaderboard.md) and `reasons(facts)`, the `why`
+    texts it writes where it fires (none: it does not)."""
+
+    verdict: str  # "no" | "inconclusive"
+    name: str
+    when: str
+    reasons: Callable[[_Facts], list[str]]
+
+
+def _dead(f: _Facts) -> list[str]:
+    if f.sized and f.dead:
+        return [("size " if len(f.dead) == 1 else "sizes ") + ", ".join(f.dead)]
+    if f.dead:
+        return ["no lr trains" if not f.g["all_diverged"].all() else "diverged at every lr"]
+    return []
+
+
+def _beyond(f: _Facts) -> list[str]:
+    fires = f.sized and np.isfinite(f.lo) and f.enough and f.lo > f.bound + f.room + EPS
+    return [f"{f.ci} > {f.unit}"] if fires else []
+
+
+def _one_size(f: _Facts) -> list[str]:
+    if not f.sized:
+        return ["no size axis"]
+    return ["1 size"] if f.r["sizes"] < 2 else []
+
+
+def _seeds(f: _Facts) -> list[str]:
+    r = f.r
+    if r["seeds"] < MIN_SEEDS:
+        return [f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}"]
+    if not f.enough:
+        few = [f"{n} ({int(k)})" for n, k, t in zip(f.name, f.g["rest_seeds"], f.g["trains"]) if t and k < MIN_SEEDS]
+        return ["too few seeds at the optimum of " + ", ".join(few)]
+    return []
+
+
+def _censored(f: _Facts) -> list[str]:
+    # a censored optimum is never "yes", whatever stopped the search there (a bracket sweep's end, e.g. "limit", is
+    # named beside it)
+    if f.cens and f.sized:
+        return ["censored at " + ", ".join(f"{n} ({c}{lr:.3g}{e})" if c != "=" else f"{n} (one lr{e})" for n, c, lr, e in f.cens)]
+    if f.cens:
+        c, lr, e = f.cens[0][1], f.cens[0][2], f.cens[0][3]
+        return [f"one lr{e}" if c == "=" else f"censored ({c}{lr:.3g}{e})"]
+    return []
+
+
+def _coarse(f: _Facts) -> list[str]:
+    step = f.r["grid_max_step"]
+    return [f"lr grid step {step:.2f} > 1 oct"] if f.sized and step > 1 + EPS else []
+
+
+def _interval(f: _Facts) -> list[str]:
+    if not (f.sized and f.r["sizes"] >= 2):
+        return []
+    return _interval_reasons(f.r, f.lo, f.hi, f.bound, f.room, f.ci, f.unit, bool(f.cens), f.criterion, f.name, f.g)
+
+
+# the rules in the order they are read: a row is "no" where a "no" rule fires (every one that fires in `why`), else
+# "inconclusive" where an "inconclusive" rule fires (every reason in `why`), else "yes" (docs/leaderboard.md renders
+# this table: `rules_markdown`)
+RULES: tuple[Rule, ...] = (
+    Rule("no", "a size does not train", "some size has no lr that trains (every run diverged, or none beats m0 by the margin)", _dead),
+    Rule("no", "the interval is beyond the bound",
+         f"a size axis, at least {MIN_SEEDS} seeds in every cell an optimum rests on, and the lower end of the judged "
+         "interval (worst_regret; lr_drift with criterion drift) above the bound (epsilon; tolerance_octaves, plus a "
+         "grid step where a drift verdict's optima are unrefined)", _beyond),
+    Rule("inconclusive", "fewer than two sizes", "no size axis, or one size", _one_size),
+    Rule("inconclusive", "too few seeds", f"fewer than {MIN_SEEDS} seeds, or fewer than {MIN_SEEDS} in the cells the "
+         "optimum of some size that trains rests on (its grid lr and the tried lr on each side)", _seeds),
+    Rule("inconclusive", "a censored optimum", "some size's optimum lies at an end of its lr grid (or it has one lr)", _censored),
+    Rule("inconclusive", "a coarse grid", "an lr grid step wider than 1 octave (a size axis)", _coarse),
+    Rule("inconclusive", "the interval does not decide",
+         "with at least two sizes: no interval, an interval open above (never decided on: why says what closes it), "
+         "an upper end above the bound (the interval straddles it, or lies above it where rule 2 does not apply); with "
+         "the regret "
+         f"criterion also a cell within {NEAR_OCTAVES:g} octaves of the carried lr that partly failed, where the carried "
+         f"lr's cells hold fewer than {CARRIED_SEEDS} seeds that learn, or a run of the carried lr's cells that did not "
+         "learn", _interval),
+)
+
+
+def rules_markdown() -> str:
+    """The verdict rules as the table docs/leaderboard.md shows ("The rules, in order")."""
+    out = ["| # | verdict | rule | fires when |", "| --- | --- | --- | --- |"]
+    out += [f"| {i} | `{r.verdict}` | {r.name} | {r.when} |" for i, r in enumerate(RULES, 1)]
+    out.append(f"| {len(RULES) + 1} | `yes` | otherwise | no rule above fires |")
+    return "\n".join(out) + "\n"
+
+
 def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float: np.ndarray, *, tolerance: float,
              sized: bool, criterion: str = "regret") -> None:
-    """Fill ``transfers`` (yes / no / inconclusive) and ``why`` (docs/leaderboard.md)."""
-    tol = tolerance
+    """Fill ``transfers`` (yes / no / inconclusive) and ``why`` by the `RULES` (docs/leaderboard.md)."""
     said, whys = [], []
     sz = sizes.sort_values(["_k", "_s"], kind="mergesort")
     bounds = np.searchsorted(sz["_k"].to_numpy(), rows.index.to_numpy(), side="left")
@@ -36,62 +157,36 @@ def verdicts(rows: pd.DataFrame, sizes: pd.DataFrame, size_vals: list, lr_float:
     need = ["lr_drift_lo", "lr_drift_hi", "worst_regret_lo", "worst_regret_hi", "epsilon", "seeds", "min_seeds", "sizes",
             "grid_max_step", "grid_step", "_unrefined"]
     for i, r in enumerate(rows[need].to_dict("records")):
-        g = {c: v[bounds[i]:ends[i]] for c, v in cols.items()}
-        g["all_diverged"] = pd.Series(g["all_diverged"])
-        name = names[g["_s"]]
-        if criterion == "drift":
-            lo, hi, bound = r["lr_drift_lo"], r["lr_drift_hi"], tol
-            ci = f"lr_drift {lo:.2f}-{hi:.2f}" if np.isfinite(lo) else ""
-            unit = f"{tol:g} oct"
-        else:
-            lo, hi, bound = r["worst_regret_lo"], r["worst_regret_hi"], r["epsilon"]
-            ci = f"worst_regret {_n(lo)}-{_n(hi)}" if np.isfinite(lo) else ""
-            unit = f"epsilon {_n(bound)}"
-        dead = [f"{n}: {'diverged' if d else 'no lr trains'}" for n, t, d in zip(name, g["trains"], g["all_diverged"]) if not t]
-        enough = r["min_seeds"] >= MIN_SEEDS
-        # a drift verdict resting on optima located only to their grid points needs a step of room
-        room = r["grid_step"] if (criterion == "drift" and r["_unrefined"]) else 0.0
-        no, inc = [], []
-        if sized and dead:
-            no.append(("size " if len(dead) == 1 else "sizes ") + ", ".join(dead))
-        elif dead:
-            no.append("no lr trains" if not g["all_diverged"].all() else "diverged at every lr")
-        if sized and np.isfinite(lo) and enough and lo > bound + room + EPS:
-            no.append(f"{ci} > {unit}")
-        if no:
-            said.append("no")
-            whys.append("; ".join(no))
-            continue
-        if not sized:
-            inc.append("no size axis")
-        elif r["sizes"] < 2:
-            inc.append("1 size")
-        if r["seeds"] < MIN_SEEDS:
-            inc.append(f"{int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''}")
-        elif not enough:
-            few = [f"{n} ({int(k)})" for n, k, t in zip(name, g["rest_seeds"], g["trains"]) if t and k < MIN_SEEDS]
-            inc.append("too few seeds at the optimum of " + ", ".join(few))
-        # a censored optimum is never "yes", whatever stopped the search there (a bracket sweep's end, e.g.
-        # "limit", is named beside it)
-        cens = [(n, c, lr, f", {e}" if e else "") for n, c, lr, e in zip(name, g["censored"], g["grid_lr"], g["end"]) if c]
-        if cens and sized:
-            inc.append("censored at " + ", ".join(f"{n} ({c}{lr:.3g}{e})" if c != "=" else f"{n} (one lr{e})"
-                                                  for n, c, lr, e in cens))
-        elif cens:
-            c, lr, e = cens[0][1], cens[0][2], cens[0][3]
-            inc.append(f"one lr{e}" if c == "=" else f"censored ({c}{lr:.3g}{e})")
-        if sized and r["grid_max_step"] > 1 + EPS:
-            inc.append(f"lr grid step {r['grid_max_step']:.2f} > 1 oct")
-        if sized and r["sizes"] >= 2:
-            inc += _interval_reasons(r, lo, hi, bound, room, ci, unit, bool(cens), criterion, name, g)
-        if inc:
-            said.append("inconclusive")
-            whys.append("; ".join(inc))
-        else:
-            said.append("yes")
-            whys.append(f"{ci} <= {unit}")
+        f = _facts(r, {c: v[bounds[i]:ends[i]] for c, v in cols.items()}, names, sized, criterion, tolerance)
+        verdict, why = "yes", f"{f.ci} <= {f.unit}"
+        for level in ("no", "inconclusive"):
+            reasons = [text for rule in RULES if rule.verdict == level for text in rule.reasons(f)]
+            if reasons:
+                verdict, why = level, "; ".join(reasons)
+                break
+        said.append(verdict)
+        whys.append(why)
     rows["transfers"] = said
     rows["why"] = whys
+
+
+def _facts(r: dict, g: dict, names: np.ndarray, sized: bool, criterion: str, tolerance: float) -> _Facts:
+    g["all_diverged"] = pd.Series(g["all_diverged"])
+    name = names[g["_s"]]
+    if criterion == "drift":
+        lo, hi, bound = r["lr_drift_lo"], r["lr_drift_hi"], tolerance
+        ci = f"lr_drift {lo:.2f}-{hi:.2f}" if np.isfinite(lo) else ""
+        unit = f"{tolerance:g} oct"
+    else:
+        lo, hi, bound = r["worst_regret_lo"], r["worst_regret_hi"], r["epsilon"]
+        ci = f"worst_regret {_n(lo)}-{_n(hi)}" if np.isfinite(lo) else ""
+        unit = f"epsilon {_n(bound)}"
+    dead = [f"{n}: {'diverged' if d else 'no lr trains'}" for n, t, d in zip(name, g["trains"], g["all_diverged"]) if not t]
+    # a drift verdict resting on optima located only to their grid points needs a step of room
+    room = r["grid_step"] if (criterion == "drift" and r["_unrefined"]) else 0.0
+    cens = [(n, c, lr, f", {e}" if e else "") for n, c, lr, e in zip(name, g["censored"], g["grid_lr"], g["end"]) if c]
+    return _Facts(r=r, g=g, name=name, sized=sized, criterion=criterion, lo=lo, hi=hi, bound=bound, ci=ci, unit=unit,
+                  dead=dead, enough=r["min_seeds"] >= MIN_SEEDS, room=room, cens=cens)
 
 
 def _size_columns(sz: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -38,7 +38,7 @@ def judge_run(run_dir: str | Path, claims_file: str | Path | None = None) -> pd.
     if "leaderboard" not in files and any(c.kind == "transfer" and not c.runs for c in claims):
         files["leaderboard"] = pd.read_csv(io.StringIO(to_csv(load_analysis([d])[0])))
     st = settings(run.spec)
-    return evaluate(claims, files, metric=st["metric"], lr_key=st["lr"], classes=st["classes"], base=run.spec.raw)
+    return evaluate(claims, files, metric=st.metric, lr_key=st.lr, classes=st.classes, base=run.spec.raw)
 
 
 def claims_csv(df: pd.DataFrame) -> str:

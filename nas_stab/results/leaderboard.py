@@ -32,7 +32,7 @@ import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.analysis.settings import settings as _settings
-from nas_stab.analysis.table import Analysis, analyze
+from nas_stab.analysis.table import Analysis, TableSettings, analyze
 from nas_stab.analysis.values import fill_base, fmt_value
 from nas_stab.config.rules_leaderboard import check_leaderboard, same_value
 from nas_stab.config.schema import Spec
@@ -75,18 +75,18 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
     cfg = _settings(runs[0].spec, overrides)
     _check_axes(cfg, runs)
     _check_same_setting(cfg, runs)
-    keys = [cfg["lr"], cfg["transfer"], *cfg["compare"]]
+    keys = [cfg.lr, cfg.transfer, *cfg.compare]
     if len(runs) > 1:  # a key one run searches and another does not: the latter's base value
         keys += [c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c]
     frames = []
     for i, r in enumerate(runs):
         t = fill_base(r.trials, keys, r.spec.raw)  # a key a run does not search: its value as stored
-        t = with_bracket_ends(r, t, cfg["lr"])
+        t = with_bracket_ends(r, t, cfg.lr)
         t["_run"] = str(i)
         frames.append(t)
     trials = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     try:
-        a = analyze(trials, n_boot=n_boot, **cfg)
+        a = analyze(trials, cfg, n_boot=n_boot)
     except RunError as e:
         where = ", ".join(str(r.path / "trials.csv") for r in runs)
         raise RunError(f"{where}: {e}") from None
@@ -118,17 +118,17 @@ def _fixed(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_same_setting(cfg: Mapping[str, Any], runs: list[Run]) -> None:
+def _check_same_setting(cfg: TableSettings, runs: list[Run]) -> None:
     """Runs merged into one table must train the same thing apart from what they search where they share a row:
     a fixed setting that differs between them (model.depth 4 in one run, 8 in another) would pool different
     models into the same cells. Refused with the differing keys named, unless each is a compare key (then it
     labels the rows); runs whose rows are disjoint (each its own aggregation, say) are shown side by side."""
     if len(runs) < 2:
         return
-    searched = {k for r in runs for k in r.spec.space.keys} | {cfg["lr"], cfg["transfer"], *cfg["compare"]}
+    searched = {k for r in runs for k in r.spec.space.keys} | {cfg.lr, cfg.transfer, *cfg.compare}
     fixed = [_fixed(r.spec.raw) for r in runs]
     keys = sorted(set().union(*fixed) - searched - _NOT_TRAINED)
-    compare = list(cfg["compare"])
+    compare = list(cfg.compare)
 
     def labels(r: Run) -> set:
         t = fill_base(r.trials, compare, r.spec.raw)
@@ -146,7 +146,7 @@ def _check_same_setting(cfg: Mapping[str, Any], runs: list[Run]) -> None:
     if differ:
         raise SpecError(f"the runs train different models: {'; '.join(differ[:5])}" + (f"; and {len(differ) - 5} more" if len(differ) > 5 else "")
                         + ". Pooling them would mix models in the same cells: build their tables separately, or make "
-                        "each differing key a row label (--compare " + ",".join([*cfg["compare"], *(d.split(" ")[0] for d in differ)]) + ")",
+                        "each differing key a row label (--compare " + ",".join([*cfg.compare, *(d.split(" ")[0] for d in differ)]) + ")",
                         key="leaderboard")
 
 
@@ -193,18 +193,18 @@ def _check_flags(runs: Sequence[Run], overrides: Mapping[str, Any] | None) -> No
                             key="--reference")
 
 
-def _check_axes(cfg: Mapping[str, Any], runs: Sequence[Run]) -> None:
+def _check_axes(cfg: TableSettings, runs: Sequence[Run]) -> None:
     """A key the table slices by must be a column of some run's trials or a key of its spec."""
-    for what, key in [("--lr", cfg["lr"]), ("--transfer", cfg["transfer"])] + [("--compare", k) for k in cfg["compare"]]:
+    for what, key in [("--lr", cfg.lr), ("--transfer", cfg.transfer)] + [("--compare", k) for k in cfg.compare]:
         if key and not any(key in r.trials.columns or r.stored(key) is not None for r in runs):
             searched = sorted({c for r in runs for c in r.trials.columns if isinstance(c, str) and "." in c})
             raise SpecError(f"{key!r} is neither a searched key of the run nor a key of its spec; searched: "
                             f"{', '.join(searched) or 'none'}", key=what)
-    m = cfg["metric"]
+    m = cfg.metric
     if not any(m in r.trials.columns for r in runs):
         have = sorted({c for r in runs for c in r.trials.columns if c in metrics.OBJECTIVES})
         raise SpecError(f"no run recorded the metric {m!r}; recorded: {', '.join(have) or 'none'}", key="--metric")
-    rep = cfg.get("report")
+    rep = cfg.report
     if rep not in (None, "none") and not any(rep in r.trials.columns for r in runs):
         have = sorted({c for r in runs for c in r.trials.columns if c in metrics.REPORTS})
         raise SpecError(f"no run recorded the report metric {rep!r}; recorded: {', '.join(have) or 'none'} (or: none)", key="--report")

@@ -178,12 +178,12 @@ def _analysis(spec: Spec, rows: list[dict]) -> Analysis:
     """The leaderboard's analysis of `rows` (trials.csv row dicts), on the values as trials.csv stores them, with
     the experiment's `leaderboard:` settings; the records keep each run's key."""
     cfg = analysis_settings(spec)
-    cols = list(dict.fromkeys(["key", "seed", "status", cfg["lr"], *(k for k in (cfg["transfer"],) if k),
-                               *cfg["compare"], *spec.space.keys, cfg["metric"]]))
+    cols = list(dict.fromkeys(["key", "seed", "status", cfg.lr, *(k for k in (cfg.transfer,) if k),
+                               *cfg.compare, *spec.space.keys, cfg.metric]))
     rows = sorted(rows, key=lambda r: str(r.get("key")))
     df = pd.DataFrame([{c: csv_cell(r.get(c)) for c in cols} for r in rows], columns=cols)
     for c in cols:
         if c not in ("status", "key"):
             num = pd.to_numeric(df[c].replace("", None), errors="coerce")
-            df[c] = num if num.notna().all() or c in (cfg["lr"], cfg["metric"]) else df[c]
-    return analyze(df, n_boot=1000, **cfg)
+            df[c] = num if num.notna().all() or c in (cfg.lr, cfg.metric) else df[c]
+    return analyze(df, cfg, n_boot=1000)

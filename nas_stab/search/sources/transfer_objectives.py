@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import pandas as pd
 
 from nas_stab import metrics
 from nas_stab.analysis.settings import settings as analysis_settings
-from nas_stab.analysis.table import Analysis, analyze
+from nas_stab.analysis.table import Analysis, TableSettings, analyze
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
 from nas_stab.csvsafe import csv_cell
@@ -63,13 +64,13 @@ def check_objectives(spec: Spec) -> tuple[tuple, str] | None:
     return None
 
 
-def settings(spec: Spec) -> dict[str, Any]:
+def settings(spec: Spec) -> TableSettings:
     """The leaderboard settings of a run (lr, transfer, metric, reference, tolerance, classes), compare left out."""
-    return {**analysis_settings(spec), "compare": ()}
+    return replace(analysis_settings(spec), compare=())
 
 
 def directions(spec: Spec) -> list[metrics.Direction]:
-    metric = settings(spec)["metric"]
+    metric = settings(spec).metric
     assert spec.search.transfer is not None, "only a transfer search has objectives"
     return [metrics.direction(metric) if (d := OBJECTIVES[o]) == "metric" else d for o in spec.search.transfer.objectives]
 
@@ -79,18 +80,18 @@ def as_stored(spec: Spec, rows: Sequence[dict]) -> pd.DataFrame:
     digits, as `nas-stab leaderboard` reads them back): the same numbers whether the rows were just
     trained or read from the file by a resumed search."""
     cfg = settings(spec)
-    cols = ["seed", "status", cfg["lr"], cfg["transfer"], cfg["metric"], *[c for c in STABILITY if c != cfg["metric"]]]
+    cols = ["seed", "status", cfg.lr, cfg.transfer, cfg.metric, *[c for c in STABILITY if c != cfg.metric]]
     df = pd.DataFrame([{c: csv_cell(r.get(c)) for c in cols} for r in rows], columns=cols)
     for c in cols:
         if c != "status":
             num = pd.to_numeric(df[c].replace("", None), errors="coerce")
-            df[c] = num if c != cfg["transfer"] or num.notna().all() else df[c]
+            df[c] = num if c != cfg.transfer or num.notna().all() else df[c]
     return df
 
 
 def analyze_rows(spec: Spec, rows: Sequence[dict], *, n_boot: int = 1000) -> Analysis:
     """The leaderboard's analysis of one outer trial's runs (one row: compare left out)."""
-    return analyze(as_stored(spec, rows), n_boot=n_boot, **settings(spec))
+    return analyze(as_stored(spec, rows), settings(spec), n_boot=n_boot)
 
 
 def evaluate(spec: Spec, rows: Sequence[dict]) -> tuple[list[float] | None, dict[str, Any], str]:
