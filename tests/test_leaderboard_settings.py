@@ -89,7 +89,6 @@ def test_rerun_with_edited_leaderboard_rebuilds_without_training(tmp_path, capsy
 def _old_spec_hash(spec) -> str:
     """spec_hash as the code before leaderboard settings were refreshed computed it (a verbatim copy)."""
     from nas_stab.config import to_plain
-
     from nas_stab.config.schema import DatasetConfig
 
     plain = to_plain(spec)
