@@ -81,5 +81,7 @@ def label_tables(sizes: pd.DataFrame, cells: pd.DataFrame, rec: pd.DataFrame, df
     rec["label"] = [label_vals[k][0] for k in rec["_k"]]
     rec["size"] = _obj([size_vals[s][1] for s in rec["_s"]], rec.index)
     rec["lr"] = lr_float[rec["_l"].to_numpy()]
-    rec = pd.concat([df.reset_index(drop=True), rec], axis=1)
+    # a trials column of the same name (a sweep whose lr or size column is called "lr" or "size") gives way to the
+    # records' own, which hold the same values as the analysis reads them
+    rec = pd.concat([df.reset_index(drop=True).drop(columns=[c for c in rec.columns if c in df.columns]), rec], axis=1)
     return sizes, cells, rec

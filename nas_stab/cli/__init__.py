@@ -13,6 +13,7 @@ import sys
 from nas_stab import __version__
 from nas_stab.cli.commands import (
     cmd_claims,
+    cmd_judge,
     cmd_leaderboard,
     cmd_list,
     cmd_probe,
@@ -125,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
                     "leaderboard.report, else the held-out counterpart: val_acc -> test_acc, bleu -> test_bleu); none: no report")
     lb.set_defaults(func=cmd_leaderboard)
 
+    _add_judge(sub)
+
     cl = sub.add_parser("claims", help="judge a run's declared claims (claims.yaml), sized by power")
     cl.add_argument("run_dir", help="a run directory (its trials.csv; any other NAME.csv in it is a claim's runs: NAME)")
     cl.add_argument("--claims", help="the claims file (default: RUN_DIR/claims.yaml)")
@@ -155,3 +158,35 @@ def _parser() -> argparse.ArgumentParser:
                     help="only nas_stab's own components (default: the installed plugins' datasets and their options too)")
     sc.set_defaults(func=cmd_schema)
     return p
+
+def _add_judge(sub: argparse._SubParsersAction) -> None:
+    """`nas-stab judge`: its sweep (a file, an MLflow experiment, an Optuna study), its columns and settings."""
+    jd = sub.add_parser("judge", help="the leaderboard's verdict for a sweep trained anywhere: a CSV or Parquet file (a W&B "
+                                      "runs export), an MLflow experiment or an Optuna study (docs/judge.md)")
+    jd.add_argument("sweep", nargs="?", metavar="FILE", help="a long CSV or Parquet table: one row per run")
+    jd.add_argument("--mlflow", metavar="URI", help="an MLflow tracking URI (with --experiment)")
+    jd.add_argument("--experiment", metavar="NAME", help="the MLflow experiment")
+    jd.add_argument("--optuna", metavar="STORAGE", help="an Optuna storage URL (with --study)")
+    jd.add_argument("--study", metavar="NAME", help="the Optuna study")
+    jd.add_argument("--lr", required=True, metavar="COL", help="the learning-rate column")
+    jd.add_argument("--metric", required=True, metavar="COL", help="the metric column judged (Optuna: value)")
+    jd.add_argument("--size", metavar="COL", help="the size column (width, depth, branches...) across which one lr should transfer")
+    jd.add_argument("--seed", metavar="COL", help="the seed column (default: one seed per configuration)")
+    jd.add_argument("--status", metavar="COL", help="the run status column (complete/finished, pruned, diverged, failed/crashed; "
+                                                     "running runs are left out); default: every run complete")
+    jd.add_argument("--compare", metavar="COL,...", help="columns whose values label the rows (one verdict per row)")
+    jd.add_argument("--kind", choices=("accuracy", "loss", "bleu"),
+                    help="what the metric is (default: read from its name): its direction and no-learning value m0 follow")
+    way = jd.add_mutually_exclusive_group()
+    way.add_argument("--maximize", dest="direction", action="store_const", const="maximize", help="the metric is maximized (a check)")
+    way.add_argument("--minimize", dest="direction", action="store_const", const="minimize", help="the metric is minimized")
+    jd.add_argument("--classes", type=int, metavar="N", help="the task's class count: m0 = chance 1/N for accuracy, ln N for a loss")
+    jd.add_argument("--m0", type=float, help="the no-learning value (overrides --classes)")
+    jd.add_argument("--reference", metavar="S", help="the reference size (default: the smallest)")
+    jd.add_argument("--epsilon", metavar="E", help="the regret a 'yes' allows (default 3%% of the row's gap between its best and m0)")
+    jd.add_argument("--criterion", choices=("regret", "drift"), default="regret", help="what the verdict judges (default regret)")
+    jd.add_argument("--tolerance", type=float, default=1.0, metavar="OCT", help="octaves of lr_drift a 'yes' allows with --criterion drift")
+    jd.add_argument("--format", default="md", help="comma-separated: md,csv,tex,html (default: md)")
+    jd.add_argument("--out", default="judged", help="output directory (default: ./judged)")
+    jd.add_argument("--no-plots", action="store_true", help="write no figures")
+    jd.set_defaults(func=cmd_judge)

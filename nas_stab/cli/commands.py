@@ -221,6 +221,32 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_judge(args) -> int:
+    from nas_stab.results.judge import SweepColumns, judge, read_sweep, split_keys  # deferred: loads pandas only when this runs
+    from nas_stab.results.leaderboard import write_leaderboard  # deferred: loads pandas, matplotlib only when this runs
+
+    if args.epsilon is not None:
+        try:
+            metrics.parse_epsilon(args.epsilon)
+        except ValueError as e:
+            raise SpecError(str(e), key="--epsilon") from None
+    if args.tolerance is not None and not args.tolerance > 0:
+        raise SpecError(f"must be > 0 octaves, got {args.tolerance}", key="--tolerance")
+    sweep = read_sweep(args.sweep, mlflow_uri=args.mlflow, experiment=args.experiment, optuna_storage=args.optuna, study=args.study)
+    cols = SweepColumns(lr=args.lr, metric=args.metric, size=args.size, seed=args.seed, status=args.status,
+                        compare=split_keys(args.compare))
+    a, prov = judge(sweep, cols, kind=args.kind, direction=args.direction, classes=args.classes, m0=args.m0,
+                    epsilon=args.epsilon, reference=args.reference, criterion=args.criterion, tolerance=args.tolerance)
+    paths = write_leaderboard(a, prov, Path(args.out), args.format, plots=not args.no_plots)
+    for kind, p in paths.items():
+        print(f"{kind}: {p}")
+    md = paths.get("md")
+    if md:
+        print()
+        print(Path(md).read_text(encoding="utf-8"))
+    return 0
+
+
 def upgrade_decisions(run_dir: Path, *, quiet: bool = False) -> bool:
     """A run directory made before searches recorded their decisions gets them, replayed from its trials.csv
     (`search/replay.py`), once, under its lock; whether it wrote them. A run that needs none, has them, is in

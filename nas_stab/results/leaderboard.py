@@ -263,12 +263,20 @@ def build_leaderboard(
     out = _out_dir(dirs, out_dir)
     command = _command(dirs, out, fmts, overrides)
     a, prov, runs = load_analysis(dirs, n_boot=n_boot, command=command, overrides=overrides)
+    return write_leaderboard(a, prov, out, fmts, plots=plots, runs=runs)
+
+
+def write_leaderboard(a: Analysis, prov: list[tuple[str, str]], out: Path, formats: str | Iterable[str] = ("md",), *,
+                      plots: bool = True, runs: Sequence[Run] = ()) -> dict[str, Path]:
+    """Write the files of an analysis into `out` (`build_leaderboard`'s; `nas-stab judge`'s, without `runs`: no
+    run directory, so no figure that reads the runs' histories); returns {kind: path}."""
+    fmts = _parse_formats(formats)
     plots_dir = out / "plots"
     if plots and (plots_dir.is_symlink() or plots_dir.exists() and not plots_dir.is_dir()):
         raise RunError(f"{plots_dir}: a symbolic link or a file; the leaderboard writes its figures only into a "
                        "plots/ directory of its own: move it aside")
     remove_stale_tmp([out, plots_dir])  # left by a killed leaderboard
-    transfer_spec = runs[0].spec if _pareto.is_transfer(runs[0].spec) else None
+    transfer_spec = runs[0].spec if runs and _pareto.is_transfer(runs[0].spec) else None
     written: dict[str, Path] = {}
     pngs: dict[str, bytes] = {}  # caption -> PNG
     links: dict[str, str] = {}  # caption -> path under out_dir
@@ -313,9 +321,9 @@ def _write_figures(a: Analysis, runs: Sequence[Run], transfer_spec: Spec | None,
     figures = {
         "lr_transfer": lambda: _plots.transfer_plot(a),
         "optimum_transfer": lambda: _plots.optimum_plot(a),
-        "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)),
+        "fwd_norm_init": lambda: _plots.fwd_norm_plot(a, _plots.init_fwd_norms(a, history)) if runs else None,
         "divergence": lambda: _plots.divergence_plot(a, "diverged_why" if "diverged_why" in a.records.columns else None),
-        "loss_curves": lambda: _plots.loss_curve_plot(a, _plots.loss_curves(a, history)),
+        "loss_curves": lambda: _plots.loss_curve_plot(a, _plots.loss_curves(a, history)) if runs else None,
     }
     for name, draw in figures.items():
         png = draw()

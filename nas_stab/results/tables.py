@@ -266,4 +266,4 @@ def cells_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[floa
 
 def title(prov: Provenance) -> str:
     d = dict(prov)
-    return f"LR-transfer leaderboard: {d.get('spec', 'nas_stab run')}"
+    return f"LR-transfer leaderboard: {d.get('spec') or d.get('sweep') or 'nas_stab run'}"
