@@ -42,7 +42,7 @@ def advice(spec: Spec, ctx: Ctx) -> tuple[str, ...]:
                      f"list the values you want, e.g. [{', '.join(str(v) for v in _powers(int(d.low), int(d.high)))}]")
     d = spec.task.dataset
     for key, value in d.ignored:
-        if value != d.RETIRED[key]:
+        if value != d.RETIRED[key]:  # (build keeps only the keys away from their old default)
             warn(("task", "dataset", key), f"has no effect: {d.name} does not read {key} (its own options: "
                  f"{', '.join(f.name for f in dataclasses.fields(d.options)) if d.options else 'none'})")
     base = ctx.files.get(("description",))

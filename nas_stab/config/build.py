@@ -132,7 +132,7 @@ def _own_options(cls, component: str, own: dict[str, Any], data: dict[str, Any],
                 ignored.append((key, value))
         else:
             known = [f.name for f in public_fields(cls)] + names
-            theirs = f"{component} {data.get('name', _default_name(cls))!r}"
+            theirs = f"{component} {data.get(cls.COMPONENT_KEY, _default(cls, cls.COMPONENT_KEY))!r}"
             ctx.report(ctx.error(path + (key,), f"unknown key for {theirs}" + (
                 did_you_mean(key, known) or f" (its own options: {', '.join(names) or 'none'})")))
     out: dict[str, Any] = {"ignored": tuple(sorted(ignored))}
@@ -141,8 +141,8 @@ def _own_options(cls, component: str, own: dict[str, Any], data: dict[str, Any],
     return out
 
 
-def _default_name(cls) -> Any:
-    return next((f.default for f in dataclasses.fields(cls) if f.name == "name"), None)
+def _default(cls, key: str) -> Any:
+    return next((f.default for f in dataclasses.fields(cls) if f.name == key), None)
 
 
 def convert(tp: Any, value: Any, ctx: Ctx, path: tuple, meta: Mapping[str, Any] | None = None,

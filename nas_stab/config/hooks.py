@@ -35,7 +35,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "search": ("nas_stab.search.optuna_study",),  # the pruner and its options
     "transfer": ("nas_stab.search.sources.transfer_objectives",),  # search.transfer's objectives
     "tracking": ("nas_stab.trackers.tracking",),  # logging.tracking's packages
-    "options": ("nas_stab.data",),  # the classes of the components' own options (a dataset's)
+    "options": ("nas_stab.data", "nas_stab.models"),  # the classes of the components' own options (a dataset's, an arch's)
 }
 GROUPS = tuple(PROVIDERS)
 

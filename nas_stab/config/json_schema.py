@@ -193,7 +193,8 @@ def _object(cls, path: tuple[str, ...], plugins: bool) -> dict:
     component = getattr(cls, "COMPONENT", None)
     if component:  # each entry's own options, where the section names it (an editor completes them)
         out.pop("additionalProperties")
-        out["allOf"] = [{"if": {"properties": {"name": {"const": name}}, "required": ["name"]},
+        key = cls.COMPONENT_KEY
+        out["allOf"] = [{"if": {"properties": {key: {"const": name}}, "required": [key]},
                          "then": {"properties": props} if props else {}}
                         for name, props in _own_options(component, path, plugins).items()]
         out["unevaluatedProperties"] = False

@@ -144,7 +144,8 @@ def _own_options(component: str, title: str, out: list[str], plugins: bool) -> N
             out.append(_row(title, f, hints[f.name], f.metadata.get("doc", "")))
         out.append("")
     names = [n for n, _t, c in hooks.option_classes(component, plugins=plugins) if c is None]
-    out.append(f"{', '.join(names)}: no options of their own.\n")
+    if names:
+        out.append(f"{', '.join(names)}: no options of their own.\n")
 
 
 def markdown_reference(plugins: bool = False) -> str:

@@ -33,6 +33,7 @@ class DatasetConfig:
     checks, and named `task.dataset.<key>` in errors (`nas-stab list` shows each dataset's)."""
 
     COMPONENT: ClassVar[str] = "dataset"  # config.hooks.options_class("dataset", ...) names the options class
+    COMPONENT_KEY: ClassVar[str] = "name"  # the key that names the entry
     # the dataset options of the flat `task.dataset` section before each dataset owned its own (to 2026-11-29), at
     # their defaults then: accepted where the named dataset does not read them (kept in `ignored`), and part of every
     # spec hash and run key at these values unless set (config/load.py): run directories made before keep theirs
@@ -72,6 +73,11 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The architecture and its knobs. A plugin architecture's own options (the `options` class of its registry
+    entry) sit beside these keys, built into `options` (as a dataset's: `DatasetConfig`)."""
+
+    COMPONENT: ClassVar[str] = "model"  # config.hooks.options_class("model", ...): the named arch's options class
+    COMPONENT_KEY: ClassVar[str] = "arch"
     arch: str = _f("mlp_resnet", "architecture (nas-stab list)")
     depth: int = _f(4, "layers (mlp), residual blocks (mlp_resnet), 6n+2 (resnet), 9n+2 (resnext), conv layers (plainnet)", ge=1, le=10_000)
     width: int = _f(128, "hidden width (MLPs) or base channels (CNNs)", ge=1, le=65_536)
@@ -152,6 +158,8 @@ class ModelConfig:
     dec_layers: int = _f(2, ge=1, le=1000)
     head_dropout: float = _f(0.0, ge=0, lt=1)
     norm_position: Literal["post", "pre"] = _f("post")
+    options: Any = _f(None, internal=True)  # a plugin architecture's own options (its entry's class), None: none
+    ignored: tuple[tuple[str, Any], ...] = _f((), internal=True)  # (no retired model keys: always empty)
 
 
 # ---------------------------------------------------------------- training

@@ -11,8 +11,11 @@ Scalar parameters (0-d tensors: learnable tau, Fixup biases) are trained at
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from nas_stab.config import hooks
-from nas_stab.config.schema import Spec
+from nas_stab.config.schema import ModelConfig, Spec
 from nas_stab.models import catalog  # noqa: F401 - the built-in architectures' entries (their builders load on first use)
 from nas_stab.models.archs import ARCHS
 from nas_stab.models.parametrization_rules import WIDTH_FORMS
@@ -21,6 +24,23 @@ from nas_stab.models.parametrization_rules import check as check_parametrization
 __all__ = ["ARCHS", "build_model", "check_model"]
 
 ARCHS.load_plugins("nas_stab.models")  # installed packages' architectures (docs/plugins.md)
+
+
+def arch_options(section: Mapping[str, Any], _parent: Mapping[str, Any]) -> type | None:
+    """The options class of the architecture a `model:` mapping names; KeyError when none is registered."""
+    arch = section.get("arch", ModelConfig.arch)
+    if not isinstance(arch, str) or arch not in ARCHS:
+        raise KeyError(arch)
+    return ARCHS.entry(arch).info.get("options")
+
+
+def arch_option_classes(plugins: bool) -> list[tuple[str, str, type | None]]:
+    """Every architecture's (YAML name, task kind, options class)."""
+    return [(name, e.info.get("task", "classification"), e.info.get("options"))
+            for name, e in ARCHS.items() if plugins or "plugin" not in e.info]
+
+
+hooks.register_options("model", arch_options, arch_option_classes)
 
 
 @hooks.register("config", "model")

@@ -63,18 +63,16 @@ from torch import nn
 
 from nas_stab.config.schema import Spec
 from nas_stab.models.base import Tau
-from nas_stab.models.parametrization_rules import DEPTH_ALPHA, SUPPORTED, WIDTH_FORMS, check, width_key
+from nas_stab.models.parametrization_rules import DEPTH_ALPHA, WIDTH_FORMS, check, readout, supported, width_key
 from nas_stab.models.transformer_layers import MultiHeadAttention
 
-__all__ = ["DEPTH_ALPHA", "EPS_MULT", "LR_MULT", "SUPPORTED", "WIDTH_FORMS", "apply", "check", "classify", "width_key"]
+__all__ = ["DEPTH_ALPHA", "EPS_MULT", "LR_MULT", "WIDTH_FORMS", "apply", "check", "classify", "supported", "width_key"]
 
 # u-muP's weight rules (Blake et al. 2024, Table 2; the unit-scaling package's Linear, LinearReadout, optim.Adam): a weight
 # of fan-in n is N(0, 1) times a forward multiplier (n^-1/2 for an input or hidden weight, n^-1 for the readout) and
 # trains at Adam lr x (n^-1/2 for an input or hidden weight, 1 for the readout); vectors (norm gains) keep init and lr
 UMUP_MULT = {"weight": 0.5, "output": 1.0}  # forward multiplier n^-power
 UMUP_ADAM_LR = {"weight": 0.5, "output": 0.0}  # Adam lr x n^-power
-# the module whose weight is the readout (the transformer's: the embedding, tied to the output projection)
-READOUT = {"mlp": "head", "mlp_resnet": "B", "resnet": "head", "transformer": "embed"}
 LR_MULT = "_nas_lr_mult"  # the attribute build_optimizer reads on a parameter (default 1)
 EPS_MULT = "_nas_eps_mult"  # Adam's eps multiplier build_optimizer reads on a parameter (default 1)
 
@@ -129,7 +127,7 @@ def apply(model: nn.Module, spec: Spec, info, build) -> list[str]:
     scale); returns notes (tensors whose SP init is unknown)."""
     m = spec.model
     if m.parametrization == "umup":
-        _umup(model, READOUT[m.arch], m.readout_zero_init, spec.train.batch_size)
+        _umup(model, readout(m.arch), m.readout_zero_init, spec.train.batch_size)
         return []
     wkey = width_key(m.arch)
     base_width = m.base_width or getattr(m, wkey)
@@ -137,14 +135,14 @@ def apply(model: nn.Module, spec: Spec, info, build) -> list[str]:
     base_model = dataclasses.replace(m, parametrization="weight", **width)
     with torch.random.fork_rng(devices=[]):
         base = build(dataclasses.replace(spec, model=base_model), info)
-    readout = READOUT[m.arch]
-    kinds = classify(model, base, readout)
+    head_name = readout(m.arch)  # the module whose weight is the readout (the transformer's: the tied embedding)
+    kinds = classify(model, base, head_name)
     notes = _rescale(model, base, kinds, spec)
     r_in = next((c["r_in"] for c in kinds.values() if c["kind"] == "readout"), 1.0)
     if m.arch == "transformer":
         _transformer_multipliers(model, base, r_in)
     else:
-        head = model.get_submodule(readout)
+        head = model.get_submodule(head_name)
         if r_in != 1.0:
             head.register_forward_pre_hook(lambda _m, args, k=1.0 / r_in: (args[0] * k, *args[1:]))
         head._nas_output_mult = 1.0 / r_in  # type: ignore[assignment]  # for the record (and the tests); torch's stub: Tensor | Module only
@@ -233,7 +231,7 @@ def _depth_scaling(model: nn.Module, spec: Spec, info, build, alpha: float) -> N
     also multiplies the blocks' Adam eps by (L0 / L)^alpha (its Table 1)."""
     m = spec.model
     tau = model.tau
-    assert isinstance(tau, Tau), "depth_mup's architectures (SUPPORTED) share one Tau"
+    assert isinstance(tau, Tau), "depth_mup's architectures (supported('depth_mup')) share one Tau"
     L = tau.L
     if m.base_depth is None or m.base_depth == m.depth:
         L0 = L

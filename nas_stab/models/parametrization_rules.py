@@ -9,17 +9,25 @@ from nas_stab.config.schema import ModelConfig, Spec
 from nas_stab.models.archs import ARCHS
 
 WIDTH_FORMS = ("mup", "depth_mup", "completep", "umup")  # the values of model.parametrization this module applies (weight = sp, path: elsewhere)
-SUPPORTED = {"mup": ("mlp", "mlp_resnet", "resnet", "transformer"), "depth_mup": ("mlp", "mlp_resnet", "resnet"),
-             "completep": ("mlp_resnet", "resnet"), "umup": ("mlp_resnet",)}
 # the depth forms: each residual branch x (L0 / L)^alpha; with Adam the blocks' lr x (L0 / L)^(1 - alpha) (CompleteP's
 # Table 1, eta x m_L^(alpha - 1), which is TP-VI's Adam rule at alpha = 1/2); CompleteP also scales the blocks' Adam eps
 # by (L0 / L)^alpha (nas_stab's depth_mup, published before it, does not)
 DEPTH_ALPHA = {"depth_mup": 0.5, "completep": 1.0}
 
 
+def supported(form: str) -> list[str]:
+    """The architectures whose registry entry declares the width parametrization `form` (its `parametrizations`)."""
+    return [name for name, e in ARCHS.items() if form in e.info.get("parametrizations", ())]
+
+
 def width_key(arch: str) -> str:
-    """The model key muP's width is: the transformer's `d_model`, every other architecture's `width`."""
-    return "d_model" if arch == "transformer" else "width"
+    """The model key muP's width is: the architecture entry's `width_key` (the transformer's `d_model`), else `width`."""
+    return ARCHS.entry(arch).info.get("width_key", "width") if arch in ARCHS else "width"
+
+
+def readout(arch: str) -> str:
+    """The module whose weight is the architecture's readout (its entry's `readout`)."""
+    return str(ARCHS.entry(arch).info["readout"])
 
 
 def check(spec: Spec) -> tuple[tuple, str] | None:
@@ -46,8 +54,8 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
         return ("model", "parametrization"), ("completep's rules (Dey et al. 2025, Table 1) are stated for Adam and "
                                               f"AdamW; train.optimizer is {spec.train.optimizer}: use depth_mup, whose "
                                               "SGD rule is Tensor Programs VI's")
-    if m.arch not in SUPPORTED[p]:
-        return ("model", "parametrization"), f"{p} is implemented for {', '.join(SUPPORTED[p])}; not yet for {m.arch!r}"
+    if m.arch not in supported(p):
+        return ("model", "parametrization"), f"{p} is implemented for {', '.join(supported(p))}; not yet for {m.arch!r}"
     if m.norm == "path_bn":
         return ("model", "parametrization"), f"{p} is defined in weight space; norm: path_bn implies path space"
     wkey = width_key(m.arch)
@@ -73,8 +81,8 @@ def check(spec: Spec) -> tuple[tuple, str] | None:
 def _check_umup(spec: Spec, searched: set[str]) -> tuple[tuple, str] | None:
     """umup: u-muP's width rules, for Adam, on the mlp_resnet; its depth rules are not implemented."""
     m = spec.model
-    if m.arch not in SUPPORTED["umup"]:
-        return ("model", "parametrization"), f"umup is implemented for {', '.join(SUPPORTED['umup'])}; not yet for {m.arch!r}"
+    if m.arch not in supported("umup"):
+        return ("model", "parametrization"), f"umup is implemented for {', '.join(supported('umup'))}; not yet for {m.arch!r}"
     if spec.train.optimizer not in ("adam", "adamw"):
         return ("model", "parametrization"), ("umup applies u-muP's Adam rules (the unit-scaling package's optim.Adam); "
                                               f"train.optimizer is {spec.train.optimizer}: use mup, whose SGD rule is "
