@@ -18,12 +18,15 @@ def test_help_imports_neither_ray_nor_torch():
     assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
 
 
-def test_validate_prints_resolved_config_trials_and_cost(tiny_yaml):
+def test_validate_prints_resolved_config_trials_and_cost_and_trains_only_when_asked(tiny_yaml):
     r = run_cli("validate", tiny_yaml)
     assert r.returncode == 0, r.stderr
     assert "loss_factor: 10" in r.stdout  # defaults are printed
     assert "trials: 4 configurations x 1 seed(s) = 4 runs (grid)" in r.stdout
-    assert "ms/step" in r.stdout and "optimizer steps" in r.stdout
+    assert "optimizer steps" in r.stdout and "ms/step" not in r.stdout and "--estimate times" in r.stdout
+    r = run_cli("validate", tiny_yaml, "--estimate")
+    assert r.returncode == 0, r.stderr
+    assert "ms/step" in r.stdout and "-> wall time: ~" in r.stdout and "--estimate times" not in r.stdout
 
 
 def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurrency(tiny_yaml):
@@ -38,7 +41,7 @@ def test_cost_estimate_times_a_run_with_its_own_threads_and_divides_by_concurren
     assert run_threads(loads_spec(base.replace("batch_size: 32", "batch_size: 32, threads: 3"))) == 3
     ray = loads_spec(TINY.replace("train: {lr: 0.05", "runner: {kind: ray, resources: {cpu: 4}}\ntrain: {lr: 0.05"))
     assert run_threads(ray) == 4  # a Ray trial's torch threads are its CPUs
-    r = run_cli("validate", tiny_yaml, "--set", "runner.concurrency=2", "--set", "train.threads=1")
+    r = run_cli("validate", tiny_yaml, "--set", "runner.concurrency=2", "--set", "train.threads=1", "--estimate")
     assert r.returncode == 0, r.stderr
     cost = r.stdout[r.stdout.index("cost:"):]
     assert "1 torch thread(s) per run" in cost.splitlines()[0] and "  2 runs at once: " in cost and "-> wall time: ~" in cost

@@ -172,3 +172,23 @@ def test_fewer_than_three_seeds_is_inconclusive_with_its_reason_and_running_runs
     a, prov = judge(two, COLS, classes=10, n_boot=100)
     assert a.rows.loc[0, "transfers"] == "inconclusive" and a.rows.loc[0, "why"].startswith("2 seeds")
     assert ("note", "4 runs still going (status running, waiting...) were left out") in prov
+
+
+@pytest.mark.parametrize("fmt", ["md", "csv", "tex", "html"])
+def test_every_file_a_leaderboard_names_exists_beside_it(fmt, tmp_path):
+    """Each format written alone, with and without figures: every leaderboard_*.csv, leaderboard.* and plots/*.png
+    its text names is there."""
+    import re
+
+    from nas_stab.results.leaderboard import write_leaderboard
+
+    df, cols = _export("skip-lambda")
+    a, prov = judge(Sweep(df, "sweep.csv"), cols, classes=10, n_boot=100)
+    for plots in (False, True):
+        out = tmp_path / f"{fmt}-{plots}"
+        written = write_leaderboard(a, prov, out, fmt, plots=plots)
+        text = (out / f"leaderboard.{fmt}").read_text()
+        named = set(re.findall(r"(?<![/\w])(leaderboard(?:_\w+)?\.(?:csv|md|tex|html|txt)|plots/\w+\.png)", text))  # not docs/
+        missing = sorted(n for n in named if not (out / n).is_file())
+        assert not missing, (fmt, plots, missing)
+        assert set(written.values()) == {p for p in out.rglob("*") if p.is_file()}

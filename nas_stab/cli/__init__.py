@@ -84,10 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"nas_stab {__version__}")
     sub = p.add_subparsers(metavar="COMMAND")
 
-    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, trial count and cost estimate")
+    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, the runs and their "
+                                        "optimizer steps (--estimate: and the time they take)")
     v.add_argument("spec")
     v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
-    v.add_argument("--no-timing", action="store_true", help="skip the few timed training steps of the cost estimate")
+    v.add_argument("--estimate", action="store_true", help="also time the cheapest and the dearest configuration (a few "
+                   "steps and one whole run of each) and estimate the search's wall time: seconds to minutes")
+    v.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)  # the default since validate stopped training
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("run", help="run an experiment (resumes if it was interrupted)")

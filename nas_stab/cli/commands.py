@@ -59,7 +59,11 @@ def cmd_validate(args) -> int:
     from nas_stab.estimate import estimate_cost, process_age  # deferred: loads torch, PyYAML, NumPy only when this runs
 
     _preflight_data(spec)
-    print(estimate_cost(spec, runs, timed=not args.no_timing, startup_s=process_age()))
+    timed = bool(args.estimate)
+    print(estimate_cost(spec, runs, timed=timed, startup_s=process_age()))
+    if not timed:
+        print(f"time: nas-stab validate {args.spec} --estimate times a few steps and one whole run of the cheapest "
+              "and the dearest configuration")
     print(f"ok: {args.spec} is valid")
     return 0
 

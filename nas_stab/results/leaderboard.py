@@ -284,6 +284,8 @@ def write_leaderboard(a: Analysis, prov: list[tuple[str, str]], out: Path, forma
         _write_figures(a, runs, transfer_spec, out, written, pngs, links)
     for fmt in fmts:
         _write_format(fmt, a, prov, transfer_spec, out, written, pngs, links)
+    if fmts and "sizes_csv" not in written:  # every format's text cites it (the report's and the plateaus' lines)
+        written["sizes_csv"] = atomic_write(out / "leaderboard_sizes.csv", _formats.to_sizes_csv(a))
     return written
 
 
