@@ -96,11 +96,17 @@ def parse_epsilon(value) -> tuple[float | None, float | None]:
     if isinstance(value, str):
         text = value.strip()
         if text.endswith("%"):
-            share = float(text[:-1]) / 100.0
+            try:
+                share = float(text[:-1]) / 100.0
+            except ValueError:
+                raise ValueError(f"a relative epsilon is a percentage such as '3%', got {value!r}") from None
             if not (math.isfinite(share) and 0 < share < 1):
                 raise ValueError(f"a relative epsilon is a percentage between 0 and 100, got {value!r}")
             return share, None
-        value = float(text)
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"epsilon must be a number in the metric's units or a percentage such as '3%', got {value!r}") from None
     if isinstance(value, bool):
         raise ValueError(f"epsilon must be a number or a percentage, got {value!r}")
     v = float(value)

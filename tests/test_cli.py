@@ -56,7 +56,7 @@ def test_bad_input_exit_2_without_traceback(tmp_path, tiny_yaml):
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.startswith("error: "), r.stderr
     r = run_cli("validate", bad)
-    assert f"{bad}:5: model.widht: unknown key; did you mean 'width'?" in r.stderr
+    assert f"{bad}:5: model.widht: unknown key for model 'mlp_resnet'; did you mean 'width'?" in r.stderr
     assert not (tmp_path / "tiny").exists()  # nothing written for bad input
 
 

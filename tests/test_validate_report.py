@@ -139,10 +139,60 @@ def test_mistakes_in_every_phase_are_reported_in_one_run(tmp_path):
     with pytest.raises(SpecErrors) as e:
         load_spec(bad)
     text = "\n".join(e.value.lines())
-    for needle in ("model.depht: unknown key; did you mean 'depth'", "train.momentum: must be a number",
+    for needle in ("model.depht: unknown key for model 'mlp_resnet'; did you mean 'depth'", "train.momentum: must be a number",
                    "train.steps: must be >= 1", "model.tau: tau must be", "did you mean 'stam'", "search.objective: unknown metric 'val_accc'"):
         assert needle in text, (needle, text)
     # the base's own problems are not repeated per point, and a wrong searched value shows beside them (it came
     # only once the base was fixed)
     assert text.count("space.model.branches") == 1 and "model.branches: must be >= 1" in text, text
     assert "model.aggregation" not in text.split("space.model.branches", 1)[1].split("\n")[0], text
+
+
+TWELVE = """\
+name: Bad Name
+seeds: {min: 3, max: 2}
+task:
+  dataset: {name: mnist1D}
+model:
+  arch: mlp_resnet
+  parametrisation: mup
+  parametrization: mup
+  branches: [1, 0, -4]
+train:
+  lr: -0.1
+  steps: 100
+  epochs: 2
+serch: {sampler: grid}
+space:
+  model.widht: [16, 32]
+  model.width: [16, 64]
+  model.depth: [2, 0, -1]
+  train.lr: {log_grid: [1.0, 0.01, 3]}
+leaderboard: {epsilon: lots, transfer: model.width}
+"""
+
+
+def test_a_file_with_twelve_mistakes_in_every_stage_is_reported_whole_in_one_run_in_line_order(tmp_path):
+    """The shorthand forms (seeds), the name, keys, types and ranges, the dataset's and the model's own rules, the
+    cross-field rules, the space's distributions and values (every bad value of a list), the leaderboard: one run,
+    one line each, sorted by line, in the project's words (no Python exception text)."""
+    p = tmp_path / "twelve.yaml"
+    p.write_text(TWELVE)
+    r = run_cli("validate", p)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert [ln.split(": ", 2)[1:] for ln in r.stderr.strip().splitlines()] == [[f"{p}:{n}", m] for n, m in [
+        (1, "name: 'Bad Name' must match [a-z0-9][a-z0-9_-]{0,99}"),
+        (2, "seeds.max: must be larger than seeds.min (3), got 2: with max <= min the count is fixed (write seeds: 3)"),
+        (4, "task.dataset.name: unknown dataset 'mnist1D'; did you mean 'mnist1d'?"),
+        (5, "model.base_width: model.width is searched: mup needs a fixed base width (model.base_width; each width "
+            "would otherwise be its own base, i.e. sp)"),
+        (7, "model.parametrisation: unknown key for model 'mlp_resnet'; did you mean 'parametrization'?"),
+        (9, "model.branches: must be an integer, got [1, 0, -4]"),
+        (11, "train.lr: must be > 0, got -0.1"),
+        (13, "train.epochs: give exactly one of train.steps and train.epochs, not both"),
+        (14, "serch: unknown key; did you mean 'search'?"),
+        (16, "space.model.widht: unknown key 'model.widht'; did you mean 'width'?"),
+        (18, "space.model.depth: 2 values are invalid: 0 (model.depth: must be >= 1, got 0); -1 (model.depth: must be >= 1, got -1)"),
+        (19, "space.train.lr.log_grid: low 1.0 is above high 0.01"),
+        (20, "leaderboard.epsilon: epsilon must be a number in the metric's units or a percentage such as '3%', got 'lots'"),
+    ]], r.stderr

@@ -69,34 +69,74 @@ def from_data(data: dict, ctx: Ctx, *, stored: bool = False, probe: bool = False
     for key in schema.REQUIRED_TOP:
         if key not in data:
             raise ctx.error((), f"missing required key {key!r}")
-    seeds_more = _normalize(data, ctx)
-    # every key's problem at once (unknown keys, types, ranges), then the cross-field rules, each group of
-    # them reporting its first problem (a wrong key stands at its default for them)
+    # every key's problem at once (the shorthand forms, unknown keys, types, ranges), then the cross-field rules, each
+    # group of them reporting its first problem (a wrong key stands at its default for them)
     ctx.collected = []
+    seeds_more = _normalize(data, ctx)
     spec = build(schema.Spec, {k: v for k, v in data.items() if k != "space"}, ctx)
     errors, ctx.collected = ctx.collected, None
-    space = None
-    try:
-        space = parse_space(data.get("space"), ctx.error, lambda k: check_key(spec, k))
-    except SpecError as e:
-        errors.append(e)
+    standins: set[str] = set()
+    space = _parse_space(data.get("space"), ctx, spec, errors, standins)
     if space is not None:
-        # the cross-field rules too, even where a key above was wrong (it stands at its default there): every
-        # problem of the file in one report, each once
-
+        # the cross-field rules too, even where a key above was wrong (it stands at its default there, a wrong
+        # dimension at its base value): every problem of the file in one report, each once, none that only the
+        # stand-in of a wrong dimension causes
         seen = {str(e) for e in errors}
         errors += [e for e in check_spec(dataclasses.replace(spec, space=space, source=ctx.file, raw=data, seeds_more=seeds_more), ctx,
-                                          stored=stored, probe=probe) if str(e) not in seen]
+                                          stored=stored, probe=probe)
+                   if str(e) not in seen and not any(f"'{k}'" in e.message or e.key == f"space.{k}" for k in standins)]
     if errors:
+        errors.sort(key=lambda e: (e.line is None, e.line or 0))  # in the file's order (--set's after it), stable
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
     spec = dataclasses.replace(spec, space=space, source=ctx.file, raw=data, seeds_more=seeds_more)
 
     return dataclasses.replace(spec, notes=advice(spec, ctx))
 
 
+def _parse_space(raw: Any, ctx: Ctx, spec: Spec, errors: list[SpecError], standins: set[str]) -> Space | None:
+    """The `space:` mapping parsed, each wrong dimension reported (into `errors`) and replaced by its key's base value
+    (an unknown key: left out) so the others and the cross-field rules are still checked; None when the section
+    itself is unusable."""
+    raw = dict(raw) if isinstance(raw, dict) else raw
+    fixed: set[str] = set()
+    for _ in range(2 * len(raw) + 1 if isinstance(raw, dict) else 1):
+        try:
+            return parse_space(raw, ctx.error, lambda k: check_key(spec, k))
+        except SpecError as e:
+            errors.append(e)
+            bad = next((k for k in (raw if isinstance(raw, dict) else ()) if isinstance(k, str)
+                        and (e.key == f"space.{k}" or str(e.key).startswith(f"space.{k}."))), None)
+            if bad is None:
+                return None
+            if bad in fixed or check_key(spec, bad) is not None:
+                del raw[bad]
+            else:  # still searched, at one value, for the rules that ask whether a key is searched
+                raw[bad] = [get_key(spec, bad)]
+                fixed.add(bad)
+                standins.add(bad)
+    return None
+
+
 def _normalize(data: dict, ctx: Ctx) -> tuple[int, ...]:
     """Shorthand forms -> canonical ones, before the typed build; the further seeds of adaptive seeds
-    (`seeds: {min: n, max: m}`: seeds 0..n-1 everywhere, n..m-1 where a verdict is still open)."""
+    (`seeds: {min: n, max: m}`: seeds 0..n-1 everywhere, n..m-1 where a verdict is still open). A form that is
+    wrong is reported (`ctx.report`) and stands at its default, so the rest of the file is still checked."""
+    try:
+        more = _normalize_seeds(data, ctx)
+    except SpecError as e:
+        ctx.report(e)
+        data["seeds"], more = [0], ()
+    search = data.get("search")
+    if isinstance(search, dict) and "pruner" in search:
+        try:
+            search["pruner"] = _pruner(search["pruner"], ctx)
+        except SpecError as e:
+            ctx.report(e)
+            search["pruner"] = {"name": "none", "options": {}}
+    return more
+
+
+def _normalize_seeds(data: dict, ctx: Ctx) -> tuple[int, ...]:
     seeds = data.get("seeds", [0])
     more: tuple[int, ...] = ()
     if isinstance(seeds, dict):
@@ -107,31 +147,31 @@ def _normalize(data: dict, ctx: Ctx) -> tuple[int, ...]:
         seeds = list(range(seeds))
     if not isinstance(seeds, list) or not seeds:
         raise ctx.error(("seeds",), f"must be a count n or a non-empty list of integers, got {seeds!r}")
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 10**9:
-            raise ctx.error(("seeds",), f"seeds must be integers from 0 to 10**9, got {s!r}")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 10**9]
+    if bad:
+        raise ctx.error(("seeds",), f"seeds must be integers from 0 to 10**9, got {', '.join(map(repr, bad))}")
     if len(set(seeds)) != len(seeds):
         raise ctx.error(("seeds",), "seeds must be distinct")
     data["seeds"] = seeds
-    search = data.get("search")
-    if isinstance(search, dict) and "pruner" in search:
-        p = search["pruner"]
-        if p is None:
-            p = "none"
-        if isinstance(p, dict) and set(p) == {"name", "options"}:
-            pass  # canonical form, as written into a run's spec.yaml
-        elif isinstance(p, dict):
-            if len(p) != 1:
-                raise ctx.error(("search", "pruner"), "a pruner mapping has one key, the pruner name: {median: {n_warmup_steps: 5}}")
-            (name, opts), = p.items()
-            if opts is not None and not isinstance(opts, dict):
-                raise ctx.error(("search", "pruner", name), f"pruner options must be a mapping, got {opts!r}")
-            search["pruner"] = {"name": name, "options": opts or {}}
-        elif isinstance(p, str):
-            search["pruner"] = {"name": p, "options": {}}
-        else:
-            raise ctx.error(("search", "pruner"), f"must be a pruner name or {{name: {{options}}}}, got {p!r}")
     return more
+
+
+def _pruner(p: Any, ctx: Ctx) -> dict:
+    """`search.pruner` in its canonical form {name, options}."""
+    if p is None:
+        p = "none"
+    if isinstance(p, dict) and set(p) == {"name", "options"}:
+        return p  # canonical form, as written into a run's spec.yaml
+    if isinstance(p, dict):
+        if len(p) != 1:
+            raise ctx.error(("search", "pruner"), "a pruner mapping has one key, the pruner name: {median: {n_warmup_steps: 5}}")
+        (name, opts), = p.items()
+        if opts is not None and not isinstance(opts, dict):
+            raise ctx.error(("search", "pruner", name), f"pruner options must be a mapping, got {opts!r}")
+        return {"name": name, "options": opts or {}}
+    if isinstance(p, str):
+        return {"name": p, "options": {}}
+    raise ctx.error(("search", "pruner"), f"must be a pruner name or {{name: {{options}}}}, got {p!r}")
 
 
 def _parse_override(text: str) -> tuple[tuple, Any]:

@@ -9,7 +9,7 @@ from nas_stab import metrics
 from nas_stab.config.keys import check_key
 from nas_stab.config.mode import search_mode
 from nas_stab.config.schema import Spec
-from nas_stab.errors import SpecError
+from nas_stab.errors import SpecError, SpecErrors
 from nas_stab.metrics import parse_epsilon
 from nas_stab.space import Space
 from nas_stab.textfmt import did_you_mean
@@ -28,6 +28,18 @@ def check_leaderboard(spec: Spec, ctx: RuleCtx, *, stored: bool = False, axes: b
     `stored`: a run directory's spec.yaml, which opens even if it predates a rule. `axes`: also the
     rules against this spec's space (the searched sizes and lrs), which a table of several runs
     (each may search other sizes, or none) does not follow."""
+    errors: list[SpecError] = []
+    for part in (lambda: _check_axis_keys(spec, ctx, stored, axes), lambda: _check_values(spec, ctx)):
+        try:  # independent: both reported
+            part()
+        except SpecError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+
+
+def _check_axis_keys(spec: Spec, ctx: RuleCtx, stored: bool, axes: bool) -> None:
+    """The table's keys exist, each has its role, and (`axes`) the space searches them as a table needs."""
     lb = spec.leaderboard
     for path, key in [(("leaderboard", "lr"), lb.lr), (("leaderboard", "transfer"), lb.transfer)] + [
         (("leaderboard", "compare", i), k) for i, k in enumerate(lb.compare)
@@ -42,6 +54,11 @@ def check_leaderboard(spec: Spec, ctx: RuleCtx, *, stored: bool = False, axes: b
         if axes:
             _check_axes(spec, ctx)
             _check_reference(spec, ctx)
+
+
+def _check_values(spec: Spec, ctx: RuleCtx) -> None:
+    """epsilon, metric and report are values the table's keys do not decide."""
+    lb = spec.leaderboard
     try:
         parse_epsilon(lb.epsilon)
     except ValueError as e:

@@ -47,9 +47,11 @@ def check_space_values(spec: Spec, ctx: Ctx) -> None:
             errs = err.errors if isinstance(err, SpecErrors) else [err]
             base_problems |= {(e.key, e.message) for e in errs}
             raw = copy.deepcopy(repaired.raw)
-            if not all(e.key and _pop_path(raw, e.key.split(".")) for e in errs):
+            popped = [e for e in errs if e.key and _pop_path(raw, e.key.split("."))]
+            if not popped:  # a rule between keys, none of them written: the others are still popped where they come
                 break
             repaired = dataclasses.replace(repaired, raw=raw)
+    _check_each_value(spec, repaired, base_problems, ctx)
     for params in points:
         try:
             resolve(repaired, params)
@@ -62,6 +64,33 @@ def check_space_values(spec: Spec, ctx: Ctx) -> None:
             culprit = culprit or next(iter(params))
             combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
             raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {bad.key + ': ' if bad.key else ''}{bad.message}") from None
+
+
+def _check_each_value(spec: Spec, repaired: Spec, base_problems: set, ctx: Ctx) -> None:
+    """Each dimension's values one at a time on the base configuration: every value that makes it invalid, all of
+    them named in one line per dimension (not only the first), every dimension reported."""
+    errors = []
+    for d in spec.space:
+        vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
+        vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
+        bad = []
+        for v in vals:
+            try:
+                resolve(repaired, {d.key: v})
+            except SpecError as err:
+                # the value's own problems (its key's); a rule between keys is the combinations' check below
+                own = [e for e in (err.errors if isinstance(err, SpecErrors) else [err])
+                       if (e.key, e.message) not in base_problems and (e.key == d.key or str(e.key).startswith(d.key + "."))]
+                if own:
+                    bad.append((v, own[0]))
+        if len(bad) == 1:
+            v, e = bad[0]
+            errors.append(ctx.error(("space", d.key), f"the value {v!r} is invalid: {e.key + ': ' if e.key else ''}{e.message}"))
+        elif bad:
+            errors.append(ctx.error(("space", d.key), f"{len(bad)} values are invalid: " + "; ".join(
+                f"{v!r} ({e.key + ': ' if e.key else ''}{e.message})" for v, e in bad[:8]) + ("; ..." if len(bad) > 8 else "")))
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
 
 
 def _pop_path(data, parts: list) -> bool:

@@ -37,6 +37,7 @@ def check_spec(spec: Spec, ctx: Ctx, *, stored: bool = False, probe: bool = Fals
                   lambda: _check_storage(spec.search.storage, ctx),
                   lambda: None if stored else _check_tracking(spec, ctx),  # a run directory opens without the package
                   lambda: check_config(spec, ctx),
+                  lambda: _check_components(spec, ctx),  # each component's own rules, even where check_config stopped
                   lambda: check_space_values(spec, ctx)):  # every searched value must make a valid configuration
         try:
             group()
@@ -44,7 +45,16 @@ def check_spec(spec: Spec, ctx: Ctx, *, stored: bool = False, probe: bool = Fals
             errors += e.errors
         except SpecError as e:
             errors.append(e)
-    return errors
+    unique = {str(e): e for e in errors}  # a component's problem check_config reached too, once
+    return list(unique.values())
+
+
+def _check_components(spec: Spec, ctx: Ctx) -> None:
+    """The dataset's and the model's own rules (`hooks` group "config"), each reporting its first problem: a wrong
+    dataset name does not hide the model's."""
+    problems = [p for p in (check(spec) for check in hooks.checks("config")) if p]
+    if problems:
+        raise SpecErrors([ctx.error(where, msg) for where, msg in problems])
 
 
 def _check_search(spec: Spec, ctx: Ctx) -> None:
@@ -59,7 +69,8 @@ def _check_search(spec: Spec, ctx: Ctx) -> None:
                                                   f"{d.kind} is continuous (use values, grid, log_grid or int)")
     elif s.trials is None:
         raise ctx.error(("search", "trials"), f"the {s.sampler} sampler needs search.trials")
-    if s.sampler != "grid" and not spec.space.dims:
+    if s.sampler != "grid" and not spec.space.dims and not (spec.raw or {}).get("space"):  # (a written dimension that is
+        # wrong is reported as such, and left out of the space the other rules see)
         raise ctx.error(("search", "sampler"), "a sampler other than grid needs a non-empty space")
     _check_bracket(spec, ctx)
     _check_adaptive_seeds(spec, ctx)
