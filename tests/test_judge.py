@@ -1,6 +1,7 @@
 """`nas-stab judge`: a sweep trained outside nas_stab (a CSV, an MLflow experiment, an Optuna study) gets the verdicts
 `nas-stab leaderboard` gives the same runs; a bad sweep fails with one line per problem, all at once."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,23 @@ def test_a_published_table_exported_to_csv_is_judged_as_published(name, tmp_path
     a, prov = judge(read_sweep(str(p)), cols, classes=10)
     _same_as_published(a, name)
     assert dict(prov)["sweep"] == str(p)
+
+
+def test_a_parquet_file_and_a_wandb_runs_export_are_judged_as_published(tmp_path):
+    """Parquet (pyarrow); a W&B runs table exported as CSV: its config and summary columns, its state words."""
+    pytest.importorskip("pyarrow")
+    df, cols = _export("skip-lambda")
+    p = tmp_path / "sweep.parquet"
+    df.to_parquet(p)
+    a, _ = judge(read_sweep(str(p)), cols, classes=10)
+    _same_as_published(a, "skip-lambda")
+    wandb = df.rename(columns={"depth": "config.depth", "learning_rate": "config.learning_rate", "seed": "config.seed",
+                               "skip": "config.skip", "lam": "config.lam", "val_acc": "summary.val_acc", "state": "State"})
+    wandb["State"] = wandb["State"].str.replace("crashed", "failed")
+    q = tmp_path / "wandb_export.csv"
+    wandb.to_csv(q, index=False)
+    a, _ = judge(read_sweep(str(q)), replace(cols, status="State"), classes=10)
+    _same_as_published(a, "skip-lambda")
 
 
 def test_the_command_line_writes_the_leaderboard_files(tmp_path):
