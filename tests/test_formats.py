@@ -166,7 +166,7 @@ def test_several_runs_need_out_and_list_provenance(tmp_path):
     paths = build_leaderboard([d1, d2], formats=("md",), out_dir=tmp_path / "both", plots=False)
     md = paths["md"].read_text()
     assert md.count("**run**") == 2 and "| stam |" in md and "| sum |" in md
-    assert set(paths) == {"md"}
+    assert set(paths) == {"md", "sizes_csv"}  # the csv every format cites
 
 
 def test_bad_input(tmp_path):

@@ -172,7 +172,7 @@ def test_a_broken_tracking_uri_fails_nothing_and_a_later_run_logs_what_is_missin
     stored = yaml.safe_load((d / "spec.yaml").read_text())["logging"]  # the settings it was resumed with
     assert (stored["tracking"], stored["mlflow_uri"]) == ("mlflow", good)
     parent = next(r.info.run_id for r in runs if r.info.run_name == "leaderboard")
-    assert {a.path for a in client.list_artifacts(parent)} == {"leaderboard.md", "spec.yaml"}
+    assert {a.path for a in client.list_artifacts(parent)} == {"leaderboard.md", "leaderboard_sizes.csv", "spec.yaml"}
     assert (d / "mlartifacts").is_dir() and not any((tmp_path / "cwd").iterdir())
 
 

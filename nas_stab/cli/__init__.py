@@ -84,14 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"nas_stab {__version__}")
     sub = p.add_subparsers(metavar="COMMAND")
 
-    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, the runs and their "
-                                        "optimizer steps (--estimate: and the time they take)")
-    v.add_argument("spec")
-    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
-    v.add_argument("--estimate", action="store_true", help="also time the cheapest and the dearest configuration (a few "
-                   "steps and one whole run of each) and estimate the search's wall time: seconds to minutes")
-    v.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)  # the default since validate stopped training
-    v.set_defaults(func=cmd_validate)
+    _add_validate(sub)
 
     r = sub.add_parser("run", help="run an experiment (resumes if it was interrupted)")
     r.add_argument("spec")
@@ -193,3 +186,15 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
     jd.add_argument("--out", default="judged", help="output directory (default: ./judged)")
     jd.add_argument("--no-plots", action="store_true", help="write no figures")
     jd.set_defaults(func=cmd_judge)
+
+
+def _add_validate(sub: argparse._SubParsersAction) -> None:
+    """`nas-stab validate`: the spec, its overrides, and the opt-in timed estimate."""
+    v = sub.add_parser("validate", help="check an experiment file; print the resolved configuration, the runs and their "
+                                        "optimizer steps (--estimate: and the time they take)")
+    v.add_argument("spec")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key")
+    v.add_argument("--estimate", action="store_true", help="also time the cheapest and the dearest configuration (a few "
+                   "steps and one whole run of each) and estimate the search's wall time: seconds to minutes")
+    v.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)  # the default since validate stopped training
+    v.set_defaults(func=cmd_validate)

@@ -51,46 +51,42 @@ def check_space_values(spec: Spec, ctx: Ctx) -> None:
             if not popped:  # a rule between keys, none of them written: the others are still popped where they come
                 break
             repaired = dataclasses.replace(repaired, raw=raw)
-    _check_each_value(spec, repaired, base_problems, ctx)
+    # each point resolved once: a dimension's value that fails on its own key at every point it is in is a bad value
+    # (all of them named, one line per dimension); another problem is a combination's, reported by its first point
+    tried: dict[tuple[str, str], list[SpecError | None]] = {}  # (key, repr(value)) -> its own-key error per point
+    combo_error = None
     for params in points:
         try:
             resolve(repaired, params)
+            for k, v in params.items():
+                tried.setdefault((k, repr(v)), []).append(None)
         except SpecError as err:
             new = [e for e in (err.errors if isinstance(err, SpecErrors) else [err]) if (e.key, e.message) not in base_problems]
-            if not new:
-                continue
-            bad = new[0]
-            culprit = next((k for k in params if bad.key and (bad.key == k or bad.key.startswith(k + "."))), None)
-            culprit = culprit or next(iter(params))
-            combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
-            raise ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: {bad.key + ': ' if bad.key else ''}{bad.message}") from None
-
-
-def _check_each_value(spec: Spec, repaired: Spec, base_problems: set, ctx: Ctx) -> None:
-    """Each dimension's values one at a time on the base configuration: every value that makes it invalid, all of
-    them named in one line per dimension (not only the first), every dimension reported."""
+            for k, v in params.items():  # a point that failed on another key says nothing of this value
+                own = next((e for e in new if e.key == k or str(e.key).startswith(k + ".")), None)
+                if own is not None:
+                    tried.setdefault((k, repr(v)), []).append(own)
+            if new and combo_error is None:
+                bad = new[0]
+                culprit = next((k for k in params if bad.key and (bad.key == k or bad.key.startswith(k + "."))), None)
+                culprit = culprit or next(iter(params))
+                combo = ", ".join(f"{k}={v!r}" for k, v in params.items())
+                combo_error = ctx.error(("space", culprit), f"the configuration {{{combo}}} is invalid: "
+                                        f"{bad.key + ': ' if bad.key else ''}{bad.message}")
     errors = []
     for d in spec.space:
-        vals = d.values if d.discrete and d.kind != "int" else (d.low, d.high)
-        vals = vals if len(vals) <= 1000 else (vals[0], vals[-1])
-        bad = []
-        for v in vals:
-            try:
-                resolve(repaired, {d.key: v})
-            except SpecError as err:
-                # the value's own problems (its key's); a rule between keys is the combinations' check below
-                own = [e for e in (err.errors if isinstance(err, SpecErrors) else [err])
-                       if (e.key, e.message) not in base_problems and (e.key == d.key or str(e.key).startswith(d.key + "."))]
-                if own:
-                    bad.append((v, own[0]))
-        if len(bad) == 1:
-            v, e = bad[0]
-            errors.append(ctx.error(("space", d.key), f"the value {v!r} is invalid: {e.key + ': ' if e.key else ''}{e.message}"))
-        elif bad:
-            errors.append(ctx.error(("space", d.key), f"{len(bad)} values are invalid: " + "; ".join(
-                f"{v!r} ({e.key + ': ' if e.key else ''}{e.message})" for v, e in bad[:8]) + ("; ..." if len(bad) > 8 else "")))
+        bad_values = [(v, first) for (k, v), errs in tried.items()
+                      if k == d.key and errs and all(errs) and (first := errs[0]) is not None]
+        if len(bad_values) == 1:
+            v, why = bad_values[0]
+            errors.append(ctx.error(("space", d.key), f"the value {v} is invalid: {why.key}: {why.message}"))
+        elif bad_values:
+            errors.append(ctx.error(("space", d.key), f"{len(bad_values)} values are invalid: " + "; ".join(
+                f"{v} ({why.key}: {why.message})" for v, why in bad_values[:8]) + ("; ..." if len(bad_values) > 8 else "")))
     if errors:
         raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+    if combo_error is not None:
+        raise combo_error
 
 
 def _pop_path(data, parts: list) -> bool:
