@@ -43,6 +43,27 @@ def test_splits_shapes_classes_and_determinism():
     assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
 
 
+def test_the_arrays_are_made_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    """Making 20,000 signals takes ~12 s: the second load of a size reads the cache, the same data to the bit; a
+    torn cache file is made again."""
+    import mnist1d.data
+
+    monkeypatch.setenv("NAS_STAB_CACHE", str(tmp_path))
+    a = _load(300)
+    cached = list(tmp_path.glob("mnist1d-n300-seed42-v*.npz"))
+    assert len(cached) == 1 and not list(tmp_path.glob(".*tmp*"))
+
+    def made(*_a, **_k):
+        raise AssertionError("made again")
+
+    monkeypatch.setattr(mnist1d.data, "make_dataset", made)
+    b = _load(300)
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_val, b.y_val) and torch.equal(a.x_test, b.x_test)
+    cached[0].write_bytes(b"torn")
+    with pytest.raises(AssertionError, match="made again"):  # not read: made again
+        _load(300)
+
+
 def test_an_mlp_learns_it_and_stays_below_its_ceiling(tmp_path):
     spec = tmp_path / "m1d.yaml"
     spec.write_text(SPEC.format(size=4000, steps=400))

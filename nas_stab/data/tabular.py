@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import random
 import struct
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import torch
 
 from nas_stab.config.schema import DatasetConfig
-from nas_stab.data.base import DataInfo, resolve_root
+from nas_stab.data.base import DataInfo, cache_dir, resolve_root
 from nas_stab.data.safeio import read_capped
 from nas_stab.data.tensors import TensorData, split
 from nas_stab.errors import DataError
@@ -73,24 +74,52 @@ def load_mnist1d(cfg, device):
     """MNIST-1D made procedurally by the `mnist1d` package (no download): ten 1-D templates padded, translated,
     sheared, scaled and noised into `size` signals of length 40. The generator seeds Python's and numpy's global
     random state; both are restored afterwards so a run's own randomness does not depend on whether the data was
-    made. Unlike MNIST it is not saturated: an MLP reaches roughly 70% (the paper's Table 1)."""
-    try:
-        from mnist1d.data import get_dataset_args, make_dataset  # deferred: loads mnist1d only when this runs
-    except ImportError as e:  # a declared dependency: only a broken environment lacks it
-        raise DataError(f"mnist1d: the mnist1d package is not importable ({e}); pip install mnist1d") from None
-    args = get_dataset_args()
-    args.num_samples = int(cfg.options.size)  # catalog.Mnist1dOptions
-    args.seed = MNIST1D_SEED
-    py_state, np_state = random.getstate(), np.random.get_state()
-    try:
-        d = make_dataset(args)
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
+    made. Unlike MNIST it is not saturated: an MLP reaches roughly 70% (the paper's Table 1). Making it takes
+    ~0.6 ms per signal (12 s for 20,000): the arrays are cached (`cache_dir`), keyed by size, seed and the
+    package's version, so a search, and `nas-stab validate`, make them once."""
+    d = _mnist1d_arrays(int(cfg.options.size), cache_dir(cfg))  # catalog.Mnist1dOptions
     x = torch.tensor(d["x"], dtype=torch.float32)
     y = torch.tensor(d["y"], dtype=torch.long)
     test = (torch.tensor(d["x_test"], dtype=torch.float32), torch.tensor(d["y_test"], dtype=torch.long))
     return _make(cfg, "mnist1d", x, y, 10, "mnist1d", test=test).to(device)
+
+
+_MNIST1D_KEYS = ("x", "y", "x_test", "y_test")
+
+
+def _mnist1d_arrays(size: int, cache: Path) -> dict[str, np.ndarray]:
+    """The arrays of MNIST-1D at `size` signals: from the cache when it holds them, else made and cached (written
+    to a temporary file, then renamed: a killed run leaves no torn cache; a torn or foreign file is made again)."""
+    try:
+        import mnist1d
+        from mnist1d.data import get_dataset_args, make_dataset  # deferred: loads mnist1d only when this runs
+    except ImportError as e:  # a declared dependency: only a broken environment lacks it
+        raise DataError(f"mnist1d: the mnist1d package is not importable ({e}); pip install mnist1d") from None
+    version = str(getattr(mnist1d, "__version__", "unknown")).replace("/", "_")
+    path = cache / f"mnist1d-n{size}-seed{MNIST1D_SEED}-v{version}.npz"
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in _MNIST1D_KEYS}
+        except (OSError, ValueError, KeyError):
+            pass  # made again below
+    args = get_dataset_args()
+    args.num_samples = size
+    args.seed = MNIST1D_SEED
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        made = make_dataset(args)
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+    d = {k: np.asarray(made[k]) for k in _MNIST1D_KEYS}
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+    try:
+        np.savez(tmp, **d)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: the data is still made, only not kept
+        tmp.unlink(missing_ok=True)
+    return d
 
 
 def _idx_candidates(root: Path, stem: str) -> list[Path]:
