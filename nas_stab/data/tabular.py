@@ -115,7 +115,7 @@ def _mnist1d_arrays(size: int, cache: Path) -> dict[str, np.ndarray]:
     d = {k: np.asarray(made[k]) for k in _MNIST1D_KEYS}
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
     try:
-        np.savez(tmp, **d)
+        np.savez(tmp, x=d["x"], y=d["y"], x_test=d["x_test"], y_test=d["y_test"])
         os.replace(tmp, path)
     except OSError:  # a read-only cache: the data is still made, only not kept
         tmp.unlink(missing_ok=True)
