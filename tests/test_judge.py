@@ -210,3 +210,21 @@ def test_every_file_a_leaderboard_names_exists_beside_it(fmt, tmp_path):
         missing = sorted(n for n in named if not (out / n).is_file())
         assert not missing, (fmt, plots, missing)
         assert set(written.values()) == {p for p in out.rglob("*") if p.is_file()}
+
+
+def test_the_leaderboard_says_in_one_line_that_a_verdict_is_the_cost_of_one_lr_not_where_the_optimum_sits(tmp_path):
+    """A muP reader seeing `transfers: stam (drift 1.12 oct, ...)` reads a contradiction: the md and html legends say
+    what the regret criterion answers (the drift criterion's own)."""
+    from nas_stab.results.leaderboard import write_leaderboard
+
+    df, cols = _export("skip-lambda")
+    for criterion, words in (("regret", "not whether the optimum stays put: it can move and one lr still serve"),
+                             ("drift", "whether each size's optimum lies within the tolerance of the others")):
+        a, prov = judge(Sweep(df, "sweep.csv"), cols, classes=10, n_boot=100, criterion=criterion)
+        out = tmp_path / criterion
+        write_leaderboard(a, prov, out, "md,html", plots=False)
+        for fmt in ("md", "html"):
+            import html
+
+            text = html.unescape(" ".join((out / f"leaderboard.{fmt}").read_text().split()))
+            assert words in text, (criterion, fmt)

@@ -23,7 +23,18 @@ from nas_stab.analysis.table import Analysis
 from nas_stab.analysis.values import fmt_value
 from nas_stab.csvsafe import escape_frame  # no spreadsheet formula from a value
 from nas_stab.results.html_page import to_html
-from nas_stab.results.tables import DEFINITIONS, Provenance, best_lrs, bracketed, display_table, report_lines, settings_items, summary, title
+from nas_stab.results.tables import (
+    DEFINITIONS,
+    Provenance,
+    best_lrs,
+    bracketed,
+    display_table,
+    report_lines,
+    settings_items,
+    summary,
+    title,
+    verdict_meaning,
+)
 
 __all__ = [
     "FORMATS",
@@ -97,7 +108,7 @@ def to_markdown(a: Analysis, provenance: Provenance, *, plots: Mapping[str, str]
     for row in text:
         out.append("| " + " | ".join(escape_md(c) for c in row) + " |")
     out += ["", f"Columns are defined in `{DEFINITIONS}` (in the nas_stab repository): `transfers` is yes / no / "
-            "inconclusive and `why` gives the reason; `<=` / `>=` in `best_lr(s)` mark an optimum censored at the "
+            f"inconclusive and `why` gives the reason ({verdict_meaning(a)}); `<=` / `>=` in `best_lr(s)` mark an optimum censored at the "
             "grid's end" + ("; after a bracket search, `(limit)`, `(wall)` or `(unfinished)` says why a sweep stopped "
                             "there" if bracketed(a) else "") + "; intervals are 90% seed bootstraps (each size's seeds, paired across "
             "its lrs), widened for few seeds.", ""]

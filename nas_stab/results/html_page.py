@@ -13,7 +13,18 @@ from functools import cache
 from importlib import resources
 
 from nas_stab.analysis.table import Analysis
-from nas_stab.results.tables import DEFINITIONS, Provenance, bracketed, cells_table, display_table, report_lines, settings_items, summary, title
+from nas_stab.results.tables import (
+    DEFINITIONS,
+    Provenance,
+    bracketed,
+    cells_table,
+    display_table,
+    report_lines,
+    settings_items,
+    summary,
+    title,
+    verdict_meaning,
+)
 
 __all__ = ["figure_html", "html_table", "to_html"]
 
@@ -88,7 +99,7 @@ def to_html(a: Analysis, provenance: Provenance, *, plots: Mapping[str, bytes] |
     out += [f"<p><strong>{e(name)}</strong>: {e(line)}</p>" for name, line in report_lines(a)]
     out.append(_html_table("leaderboard", headers, text, keys))
     out.append(f"<p>Columns are defined in <code>{e(DEFINITIONS)}</code> (in the nas_stab repository): "
-               "<code>transfers</code> is yes / no / inconclusive and <code>why</code> gives the reason; "
+               f"<code>transfers</code> is yes / no / inconclusive and <code>why</code> gives the reason ({e(verdict_meaning(a))}); "
                "<code>&lt;=</code> / <code>&gt;=</code> in <code>best_lr(s)</code> mark an optimum censored at the grid's end; "
                + ("after a bracket search, <code>(limit)</code>, <code>(wall)</code> or <code>(unfinished)</code> says why a "
                   "sweep stopped there; " if bracketed(a) else "") +

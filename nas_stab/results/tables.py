@@ -267,3 +267,12 @@ def cells_table(a: Analysis) -> tuple[list[str], list[list[str]], list[list[floa
 def title(prov: Provenance) -> str:
     d = dict(prov)
     return f"LR-transfer leaderboard: {d.get('spec') or d.get('sweep') or 'nas_stab run'}"
+
+
+def verdict_meaning(a: Analysis) -> str:
+    """What `transfers` answers, in one clause: with the regret criterion the cost of one lr, not where the optimum
+    sits (an optimum can move and one lr still serve; `lr_drift` says how far it moves)."""
+    if a.settings.criterion == "drift":
+        return "whether each size's optimum lies within the tolerance of the others, in octaves of lr"
+    return ("what the lr tuned at the reference size costs at every size, against epsilon; not whether the optimum "
+            "stays put: it can move and one lr still serve, `lr_drift` says how far it moves")
