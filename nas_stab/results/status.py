@@ -60,7 +60,9 @@ def status_text(run_dir: Path) -> str:
         open_sweeps = todo or 0
         lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
                  + ("? runs of the current batch to train" if todo is None else
-                    f"{todo} run(s) of the current batch to train" if todo else "every verdict decided or out of seeds")]
+                    f"{todo} run(s) of the current batch to train" if todo else
+                    "nothing left to train: each row's verdict is decided, or more seeds up to seeds.max would not decide "
+                    "it (an undecided row stays inconclusive: nas-stab leaderboard says which and why)")]
     elif planned is None:
         left_open = decided.open_sweeps() if decided is not None else None
         open_sweeps = left_open or 0
