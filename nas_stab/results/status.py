@@ -15,6 +15,10 @@ from nas_stab.search.plan import base_lookup
 from nas_stab.store.decisions import DECISIONS, Decisions
 from nas_stab.store.reader import Run, read_run
 
+# adaptive seeds with no run left: never "decided" (a row can stay inconclusive at seeds.max)
+ADAPTIVE_DONE = ("nothing left to train: each row's verdict is decided, or more seeds up to seeds.max would not decide it "
+                 "(an undecided row stays inconclusive: nas-stab leaderboard says which and why)")
+
 
 def status_text(run_dir: Path) -> str:
     run = read_run(run_dir)
@@ -60,9 +64,7 @@ def status_text(run_dir: Path) -> str:
         open_sweeps = todo or 0
         lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
                  + ("? runs of the current batch to train" if todo is None else
-                    f"{todo} run(s) of the current batch to train" if todo else
-                    "nothing left to train: each row's verdict is decided, or more seeds up to seeds.max would not decide "
-                    "it (an undecided row stays inconclusive: nas-stab leaderboard says which and why)")]
+                    f"{todo} run(s) of the current batch to train" if todo else ADAPTIVE_DONE)]
     elif planned is None:
         left_open = decided.open_sweeps() if decided is not None else None
         open_sweeps = left_open or 0
