@@ -133,8 +133,7 @@ def _own_options(cls, component: str, own: dict[str, Any], data: dict[str, Any],
         else:
             known = [f.name for f in public_fields(cls)] + names
             theirs = f"{component} {data.get(cls.COMPONENT_KEY, _default(cls, cls.COMPONENT_KEY))!r}"
-            ctx.report(ctx.error(path + (key,), f"unknown key for {theirs}" + (
-                did_you_mean(key, known) or f" (its own options: {', '.join(names) or 'none'})")))
+            ctx.report(ctx.error(path + (key,), f"unknown key for {theirs}" + did_you_mean(key, known)))
     out: dict[str, Any] = {"ignored": tuple(sorted(ignored))}
     if options_cls is not None:
         out["options"] = build(options_cls, mine, ctx, path, parent=data)

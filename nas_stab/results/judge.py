@@ -133,9 +133,9 @@ def resolve_column(df: pd.DataFrame, name: str) -> str | None:
 
 
 def sweep_frame(sweep: Sweep, cols: SweepColumns, *, kind: str | None = None,
-                direction: str | None = None) -> tuple[pd.DataFrame, SweepColumns, str, list[str]]:
-    """The runs as the analysis reads them, checked: (frame, its columns, the metric name the analysis judges it as,
-    notes). Every problem at once (`SpecErrors`, one line each): a missing column (the nearest named), a metric the
+                direction: str | None = None) -> tuple[pd.DataFrame, SweepColumns, list[str]]:
+    """The runs as the analysis reads them, checked: (frame, its columns, their metric the name the analysis judges it
+    as, notes). Every problem at once (`SpecErrors`, one line each): a missing column (the nearest named), a metric the
     kind of which is unknown or contradicts the direction, non-numeric or infinite sizes, lrs or seeds, a metric
     that is not a number, runs given twice, rows holding several metrics, a status word not known."""
     df, src = sweep.runs, sweep.source
@@ -184,7 +184,7 @@ def sweep_frame(sweep: Sweep, cols: SweepColumns, *, kind: str | None = None,
     frame = out.rename(columns={cols.metric: metric_as}) if metric_as != cols.metric else out
     if metric_as != cols.metric:
         notes.append(f"metric column {cols.metric!r} judged as {metric_as} ({_KNOWN[metric_as]})")
-    return frame, replace(cols, metric=metric_as), metric_as, notes
+    return frame, replace(cols, metric=metric_as), notes
 
 
 def _metric_kind(metric: str, kind: str | None, direction: str | None, err: Any) -> str:
@@ -273,7 +273,8 @@ def judge(sweep: Sweep, cols: SweepColumns, *, kind: str | None = None, directio
           reference: Any = None, criterion: str = "regret", tolerance: float = 1.0,
           n_boot: int = 1000) -> tuple[Analysis, list[tuple[str, str]]]:
     """The leaderboard of a sweep and its provenance: `analyze` with the same rules as `nas-stab leaderboard`."""
-    frame, used, metric, notes = sweep_frame(sweep, cols, kind=kind, direction=direction)
+    frame, used, notes = sweep_frame(sweep, cols, kind=kind, direction=direction)
+    metric = used.metric
     if reference is not None and used.size and not (frame[used.size] == number_or_text(str(reference))).any():
         sizes = sorted(frame[used.size].unique().tolist())
         raise SpecError(f"no run at reference size {reference!r}; sizes: {', '.join(map(str, sizes))}", key="--reference")
