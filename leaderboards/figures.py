@@ -14,7 +14,10 @@ by hand, so a figure there cannot go stale after a rerun, extra seeds or a rules
   against the criterion, the seeds run and needed, whether the claim was declared before its data.
 
 A README may also opt in to ``<!-- sizes:begin -->`` ... ``<!-- sizes:end -->``: every row's best lr (its x*
-interval), whether it trains, its best value and the regret of the carried lr at each size (``leaderboard_sizes.csv``).
+interval), whether it trains, its best value and the regret of the carried lr at each size (``leaderboard_sizes.csv``);
+to ``<!-- cells:begin -->`` ... ``<!-- cells:end -->``: the seed mean of the leaderboard's metric at every row, size
+and lr, lrs as columns, diverged and stuck seeds counted (``leaderboard_cells.csv``); and to ``report-cells``, the same
+for the metric reported on the held-out split.
 
 A README without the markers gets the first two blocks appended before its ``## Reproduce`` section (or at its
 end). Run ``leaderboards/claims.py`` first: this script reads the claims.csv it writes.
@@ -29,7 +32,19 @@ leaderboards/ (in a table's README a bare file name is that table's own), KEY=VA
 with the cell, or numeric equality when both are numbers; quote values with spaces), exactly one row unless
 ``agg`` reduces them, ``mul`` multiplies (100 for a percentage), ``fmt`` is a Python format spec (default
 ``.3g``). The text between the tags is rewritten from the CSV; ``--check`` fails on one that differs, and a tag
-that selects no row, or several without ``agg``, is an error naming its file and line.
+that selects no row, or several without ``agg``, is an error naming its file and line. A tag shown in code is an
+example and is left alone.
+
+Other sources of a tag: ``derived.csv`` (a table's own analysis code, run by ``leaderboards/derive.py``:
+``<!--fig derived.csv value name=d30-gap fmt=+.3f-->``), and a YAML file, with a dotted key (a list item by its
+index): a protocol constant from the experiment file that set it, ``<!--fig ../spaces/published/pathbn.yaml
+train.momentum-->0.9<!--/fig-->``, or a declared effect from a ``claims.yaml``. A number quoted from a paper, which
+no CSV of ours holds and no rerun can make stale, is marked with its source: ``<!--quote Path-BN, Table 1-->6.93
+<!--/quote-->`` (an error without a source or a number).
+
+Every other decimal in prose is counted per page in ``leaderboards/untagged_figures.csv`` (untagged and quoted
+figures), so a commit that adds figures by hand shows its count rise; ``figures.py PAGE ...`` processes only those
+pages (a table folder stands for its README) and keeps the other rows of that ledger.
 """
 from __future__ import annotations
 
@@ -124,8 +139,34 @@ def sizes_block(table: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-MAKERS = {"verdicts": verdicts_block, "claim-verdicts": claims_block, "sizes": sizes_block}
-OPT_IN = {"sizes": "leaderboard_sizes.csv"}  # written only where the README has the markers
+def _cells_block(table: Path, value: str) -> str:
+    """The seed mean of `value` at every (row, size, lr) cell, lrs as columns, from leaderboard_cells.csv; a cell
+    with diverged or stuck seeds says how many (they count at chance in the mean, as in the verdicts)."""
+    cells = pd.read_csv(table / "leaderboard_cells.csv", comment="#")
+    cols = list(cells.columns)
+    size_col, lr_col = cols[cols.index("mean") - 2], cols[cols.index("mean") - 1]
+    lrs = sorted(cells[lr_col].unique())
+    lines = [f"| row | {size_col} | " + " | ".join(_g(x) for x in lrs) + " |", "|---|---|" + "---|" * len(lrs)]
+    for label, rows in cells.groupby("label", sort=False):
+        for size, at in rows.groupby(size_col, sort=True):
+            by_lr = {r[lr_col]: r for _, r in at.iterrows()}
+            out = []
+            for x in lrs:
+                r = by_lr.get(x)
+                if r is None:
+                    out.append("")
+                    continue
+                bad = [f"{int(r[k])} of {int(r['n'])} {w}" for k, w in (("n_diverged", "diverged"), ("n_stuck", "stuck"))
+                       if pd.notna(r.get(k)) and int(r[k]) > 0]
+                out.append(_g(r[value]) + (f" ({', '.join(bad)})" if bad else ""))
+            lines.append(f"| {_md(label)} | {_g(size, 6)} | " + " | ".join(out) + " |")
+    return "\n".join(lines) + "\n"
+
+
+MAKERS = {"verdicts": verdicts_block, "claim-verdicts": claims_block, "sizes": sizes_block,
+          "cells": functools.partial(_cells_block, value="mean"), "report-cells": functools.partial(_cells_block, value="report_mean")}
+# written only where the README has the markers:
+OPT_IN = {"sizes": "leaderboard_sizes.csv", "cells": "leaderboard_cells.csv", "report-cells": "leaderboard_cells.csv"}
 
 
 def rewrite(readme_text: str, table: Path) -> str:
@@ -160,13 +201,31 @@ def untagged(text: str) -> list[tuple[int, str]]:
     blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731  (keeps line numbers)
     text = re.sub(r"^ {4}.*$", blank, text, flags=re.M)  # indented code (before the blanks below indent prose)
     text = re.sub(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", blank, text, flags=re.S)
+    text = re.sub(r"<!-- ([a-z ]+): begin -->.*?<!-- \1: end -->", blank, text, flags=re.S)  # the benchmarks' tables
     text = re.sub(r"<!--fig [^>]*?-->.*?<!--/fig-->", blank, text, flags=re.S)
+    text = re.sub(r"<!--quote [^>]*?-->.*?<!--/quote-->", blank, text, flags=re.S)
     text = re.sub(r"```.*?```", blank, text, flags=re.S)
     text = re.sub(r"`[^`\n]*`", blank, text)
     return [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in DECIMAL.finditer(text)]
 
 
 FIG = re.compile(r"<!--fig (?P<spec>[^>]*?)-->(?P<text>.*?)<!--/fig-->", re.S)
+QUOTE = re.compile(r"<!--quote(?P<cite>[^>]*?)-->(?P<text>.*?)<!--/quote-->", re.S)
+
+
+def quoted(text: str, where: str) -> tuple[int, list[str]]:
+    """How many figures `text` quotes from a paper (``<!--quote CITATION-->6.93<!--/quote-->``: a number no CSV of
+    ours holds, that no rerun can make stale), and an error per quote that names no source or holds no number."""
+    n, errors = 0, []
+    for m in QUOTE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        found = len(DECIMAL.findall(m.group("text"))) + len(re.findall(r"(?<![\w.])\d+(?![\w.])", m.group("text")))
+        if not m.group("cite").strip():
+            errors.append(f"{where}:{line}: a quote names no source (<!--quote PAPER, TABLE-->)")
+        elif not found:
+            errors.append(f"{where}:{line}: a quote holds no number: {m.group('text')!r}")
+        n += len(DECIMAL.findall(m.group("text")))
+    return n, errors
 AGGS = ("mean", "median", "min", "max", "sum", "count")
 
 
@@ -190,6 +249,24 @@ def _read(path: Path, stamp: tuple[int, int]) -> pd.DataFrame:
     return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
 
 
+def _yaml_value(path: Path, key: str, source: str) -> float:
+    """The number at a dotted `key` of a YAML file (a list item by its index): a protocol constant quoted from
+    the experiment file that set it, or a declared effect from a claims.yaml."""
+    import yaml
+
+    node: object = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for part in key.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise FigureError(f"{source} has no key {key!r} (stops at {part!r})")
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise FigureError(f"{source} {key} is {node!r}, not a number")
+    return float(node)
+
+
 def figure(spec: str, home: Path | None) -> str:
     """The text of one inline figure tag's value (see the module docstring), or FigureError."""
     words = shlex.split(spec)
@@ -204,6 +281,10 @@ def figure(spec: str, home: Path | None) -> str:
     if bad:
         raise FigureError(f"words without KEY=VALUE: {' '.join(bad)}")
     agg, fmt, mul = opts.pop("agg", None), opts.pop("fmt", ".3g"), float(opts.pop("mul", "1"))
+    if path.suffix in (".yaml", ".yml"):
+        if opts or agg is not None:
+            raise FigureError(f"{source} is a YAML file: a dotted key and fmt=/mul= only, no row filters or agg")
+        return format(_yaml_value(path, column, source) * mul, fmt)
     st = path.stat()
     df = _read(path, (st.st_mtime_ns, st.st_size))
     if column not in df.columns:
@@ -229,7 +310,10 @@ def figure(spec: str, home: Path | None) -> str:
 def rewrite_figures(text: str, home: Path | None, where: str) -> str:
     """`text` with every inline figure's value rewritten from its CSV; FigureError naming `where`:line."""
     out, last, errors = [], 0, []
+    code = [(c.start(), c.end()) for c in re.finditer(r"```[\s\S]*?```|^ {4}.*$|`[^`\n]*`", text, flags=re.M)]
     for m in FIG.finditer(text):
+        if any(a <= m.start() < b for a, b in code):  # a tag shown in code is an example, not a figure
+            continue
         try:
             value = figure(m.group("spec"), home)
         except FigureError as e:
@@ -246,16 +330,38 @@ def tables() -> list[Path]:
     return sorted(p for p in BOARDS.iterdir() if p.is_dir() and p.name != "archive" and (p / "README.md").is_file())
 
 
+def _pages(only: list[str]) -> list[tuple[Path, Path | None]]:
+    pages: list[tuple[Path, Path | None]] = [(t / "README.md", t) for t in tables()]
+    pages += [(BOARDS / "README.md", None), (ROOT / "README.md", None)]
+    pages += [(p, None) for p in sorted((ROOT / "docs").glob("*.md"))]
+    if not only:
+        return pages
+    want = {(Path(o).resolve() / "README.md" if Path(o).is_dir() else Path(o).resolve()) for o in only}
+    missing = want - {p for p, _ in pages}
+    if missing:
+        raise SystemExit("figures.py: not a page it writes: " + ", ".join(map(str, sorted(missing))))
+    return [(p, t) for p, t in pages if p in want]
+
+
+def _ledger(counts: dict[str, tuple[int, int]]) -> str:
+    """The ledger, every page's row: those not processed this time kept as stored."""
+    rows: dict[str, str] = {}
+    if LEDGER.is_file():
+        for line in LEDGER.read_text(encoding="utf-8").splitlines()[1:]:
+            rows[line.split(",", 1)[0]] = line.split(",", 1)[1] + ("" if line.count(",") > 1 else ",0")
+    rows.update({k: f"{u},{q}" for k, (u, q) in counts.items()})
+    return "file,untagged_figures,quoted_figures\n" + "".join(f"{k},{v}\n" for k, v in rows.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pages", nargs="*", help="only these READMEs (or table folders); default every page")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a README's blocks are out of date")
     ap.add_argument("--untagged", action="store_true", help="list every prose figure not generated (file:line figure)")
     args = ap.parse_args(argv)
     stale, errors = [], []
-    pages: list[tuple[Path, Path | None]] = [(t / "README.md", t) for t in tables()]
-    pages += [(BOARDS / "README.md", None), (ROOT / "README.md", None)]
     written: dict[Path, str] = {}
-    for path, table in pages:
+    for path, table in _pages(args.pages):
         old = path.read_text(encoding="utf-8")
         new = rewrite(old, table) if table is not None else old
         try:
@@ -263,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         except FigureError as e:
             errors.append(str(e))
             continue
+        errors += quoted(new, str(path.relative_to(ROOT)))[1]
         written[path] = new
         if new != old:
             stale.append(str(path.relative_to(ROOT)))
@@ -271,13 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         print("\n".join(errors), file=sys.stderr)
         return 2
-    counts: dict[str, int] = {}  # the ledger: a commit that adds prose figures without tags shows its count rise
+    counts: dict[str, tuple[int, int]] = {}  # the ledger: a commit that adds prose figures without tags shows its count rise
     for path, text in written.items():
         found = untagged(text)
-        counts[str(path.relative_to(ROOT))] = len(found)
+        counts[str(path.relative_to(ROOT))] = (len(found), quoted(text, "")[0])
         if args.untagged:
             print("\n".join(f"{path.relative_to(ROOT)}:{line} {fig}" for line, fig in found))
-    ledger = "file,untagged_figures\n" + "".join(f"{k},{v}\n" for k, v in counts.items())
+    ledger = _ledger(counts)
     if not LEDGER.is_file() or LEDGER.read_text(encoding="utf-8") != ledger:
         stale.append(str(LEDGER.relative_to(ROOT)))
         if not args.check:

@@ -44,3 +44,62 @@ def test_a_tag_that_picks_no_row_or_several_is_an_error_with_file_and_line(home)
         figures.figure("missing.csv best_lr", home)
     with pytest.raises(figures.FigureError, match="selects no row"):  # a second filter on no rows left: still rows
         figures.figure("board.csv best_lr label=nope size=64 worst_regret=0.5", home)
+
+
+def test_a_yaml_source_gives_the_constant_at_its_dotted_key(home):
+    (home / "spec.yaml").write_text("train:\n  momentum: 0.9\n  lrs: [0.01, 0.02]\n  name: sgd\n")
+    assert figures.figure("spec.yaml train.momentum", home) == "0.9"
+    assert figures.figure("spec.yaml train.lrs.1 fmt=.3f", home) == "0.020"
+    with pytest.raises(figures.FigureError, match="no key 'train.beta' \\(stops at 'beta'\\)"):
+        figures.figure("spec.yaml train.beta", home)
+    with pytest.raises(figures.FigureError, match="not a number"):
+        figures.figure("spec.yaml train.name", home)
+    with pytest.raises(figures.FigureError, match="no row filters"):
+        figures.figure("spec.yaml train.momentum label=sp", home)
+
+
+def test_quoted_paper_figures_are_counted_apart_and_need_a_source():
+    text = "paper <!--quote Path-BN, Table 1-->6.93<!--/quote--> ours 0.94\n<!--quote -->1.5<!--/quote-->\n<!--quote X-->n/a<!--/quote-->\n"
+    assert figures.untagged(text) == [(1, "0.94")]
+    n, errors = figures.quoted(text, "R.md")
+    assert n == 2
+    assert errors == ["R.md:2: a quote names no source (<!--quote PAPER, TABLE-->)", "R.md:3: a quote holds no number: 'n/a'"]
+
+
+def test_a_tag_shown_in_code_is_an_example_and_left_alone(home):
+    text = ("    moved <!--fig board.csv nope-->1<!--/fig-->\nand `<!--fig board.csv nope-->2<!--/fig-->` but "
+            "<!--fig board.csv best_lr label=sp size=64-->9<!--/fig-->")
+    out = figures.rewrite_figures(text, home, "R.md")
+    assert out.endswith("<!--fig board.csv best_lr label=sp size=64-->0.004<!--/fig-->") and "nope-->1<" in out and "nope-->2<" in out
+
+
+def test_the_cells_block_is_the_seed_mean_per_row_size_and_lr_with_failures_counted(tmp_path):
+    (tmp_path / "leaderboard_cells.csv").write_text(
+        "label,model.norm,model.depth,train.lr,mean,std,n,n_runs,n_ok,n_diverged,n_stuck,report_mean\n"
+        "bn,bn,10,0.01,0.9,0,5,5,5,0,0,0.89\nbn,bn,10,0.02,0.95,0,5,5,5,0,0,0.94\n"
+        "bn,bn,30,0.02,0.44,0,5,5,2,3,0,0.43\npath,path,10,0.01,0.91,0,5,5,4,0,1,0.9\n")
+    assert figures.MAKERS["cells"](tmp_path).splitlines() == [
+        "| row | model.depth | 0.01 | 0.02 |", "|---|---|---|---|", "| bn | 10 | 0.9 | 0.95 |",
+        "| bn | 30 |  | 0.44 (3 of 5 diverged) |", "| path | 10 | 0.91 (1 of 5 stuck) |  |"]
+    assert "| bn | 10 | 0.89 | 0.94 |" in figures.MAKERS["report-cells"](tmp_path)
+    page = "# t\n<!-- cells:begin -->\nold\n<!-- cells:end -->\n"
+    assert "| bn | 10 | 0.9 | 0.95 |" in figures.rewrite(page, tmp_path)
+
+
+def test_derived_figures_are_the_tables_own_code_rerun(tmp_path, monkeypatch):
+    import derive
+
+    table = tmp_path / "t"
+    table.mkdir()
+    (table / "derived.py").write_text(
+        "import pandas as pd\n\ndef derive(table):\n"
+        "    d = pd.read_csv(table / 'trials.csv')\n"
+        "    return pd.DataFrame({'name': ['gap'], 'value': [d.acc.max() - d.acc.min()], 'lo': [float('nan')], 'hi': [float('nan')]})\n")
+    (table / "trials.csv").write_text("acc\n0.5\n0.75\n")
+    monkeypatch.setattr(derive, "ROOT", tmp_path)
+    assert derive.main([str(table), "--check"]) == 1
+    assert derive.main([str(table)]) == 0
+    assert (table / "derived.csv").read_text() == "name,value,lo,hi\ngap,0.25,,\n"
+    assert derive.main([str(table), "--check"]) == 0
+    (table / "trials.csv").write_text("acc\n0.5\n0.9\n")  # a rerun moved the figure
+    assert derive.main([str(table), "--check"]) == 1

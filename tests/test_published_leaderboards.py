@@ -249,6 +249,18 @@ def test_every_tables_readme_carries_its_verdicts_and_claims_as_generated_from_i
             assert "<!-- claim-verdicts:begin -->" in text, table.name
 
 
+def test_every_derived_figure_is_its_tables_code_rerun_on_its_csvs():
+    """Each table's derived.csv (the figures its README quotes that no leaderboard or claims CSV holds) is what its
+    derived.py computes from the table's CSVs today (leaderboards/derive.py --check)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(BOARDS / "derive.py"), "--check"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for table in _tables():
+        assert (table / "derived.csv").is_file() == (table / "derived.py").is_file(), table.name
+
+
 def test_the_generated_blocks_follow_the_csvs(tmp_path):
     """A changed verdict in leaderboard.csv changes the README's block (the generator reads the file, not a copy)."""
     import shutil
