@@ -20,8 +20,8 @@ defaults, harness; harness, hand, defaults; ...):
 
 Every process gets OMP_NUM_THREADS and MKL_NUM_THREADS set to the thread count. Prints, per
 thread count, each variant's wall time (min / median / max) and the ratios defaults / hand
-and harness / hand of each round (min / median / max): the figures of the README's
-Performance table, against their targets (harness <= 1.05x, defaults <= 1.05x + the
+and harness / hand of each round (min / median / max): the figures of docs/performance.md's
+table, against their targets (harness <= 1.05x, defaults <= 1.05x + the
 budget); the same for CPU time (user + system, from the kernel's accounting of each
 process), which a busy or virtualized machine disturbs less than wall time (time the
 process waits for a core counts in wall time only); and what the default run recorded

@@ -1,4 +1,4 @@
-"""The `nas-stab` command line (commands in the README). Thin: parse, call the library, print.
+"""The `nas-stab` command line (commands in docs/commands.md). Thin: parse, call the library, print.
 
 This module is the parser and the exit codes; the commands are in commands.py.
 Exit codes: 0 done, 1 some trials failed, 2 bad input. Heavy libraries

@@ -3,7 +3,7 @@
 `nas-stab schema` prints it. Editors that speak the yaml-language-server
 protocol (VS Code's YAML extension, Neovim, Emacs' lsp-mode, JetBrains IDEs)
 then complete keys, show each key's description and flag wrong types while a
-spec is typed; the README says how to point them at it.
+spec is typed; docs/install.md says how to point them at it.
 
 Everything comes from `schema.py` (field types, defaults, `doc`, `ge`/`gt`/
 `le`/`lt`/`pattern`), so the two cannot drift. The JSON Schema is the typing

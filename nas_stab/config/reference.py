@@ -23,7 +23,7 @@ when the file is loaded: unknown keys (with the nearest valid one), types,
 ranges, and the cross-field rules of `nas_stab/config/rules.py` (which knobs an
 architecture supports, tau expressions, dataset files). `nas-stab validate
 FILE` reports every problem as `file:line: key: message`; `nas-stab schema`
-prints the same information as a JSON Schema for editors (see the README).
+prints the same information as a JSON Schema for editors (see docs/install.md).
 
 Top-level keys: `name` (required), `description`, `seeds`, `extends`, `task`
 (required), `model` (required), `train`, `stability`, `space`, `search`,

@@ -1,4 +1,4 @@
-"""The run directory (layout in the README): one writer, atomic files, resumable.
+"""The run directory (layout in docs/run-directory.md): one writer, atomic files, resumable.
 
     runs/<name>/
       spec.yaml      resolved spec + meta (spec_hash, nas_stab version, git commit, ...)
@@ -366,7 +366,7 @@ class RunDir:
 
 
 def columns(searched: Iterable[str], task_kind: str, extra: Iterable[str] = ()) -> list[str]:
-    """trials.csv columns in their documented order (README, "What a run leaves behind")."""
+    """trials.csv columns in their documented order (docs/run-directory.md, "trials.csv")."""
     cols = list(FIXED_HEAD) + list(searched) + list(metrics.TASK_METRICS[task_kind])
     cols += [f"{p}{m}" for p in ("init_", "final_") for m in metrics.stability_metrics(task_kind)]
     cols += [c for c in extra if c not in cols and c not in FIXED_TAIL]

@@ -6,7 +6,7 @@ spec and the task's sizes only (`measure_costs`): never on this machine's timing
 pure function of (configuration, seed), its history included, and a resumed or rerun run measures at
 the same steps (docs/run-directory.md, "The measurements' budget", says why). Each run records what
 measuring really took (`measure_s`, `train_s` in trials.csv), so the model can be checked; the
-constants below were fitted on this project's machine (benchmarks/bench_trial.py, README Performance).
+constants below were fitted on this project's machine (benchmarks/bench_trial.py, docs/performance.md).
 
 Costs are in training steps. Work is counted in examples (tokens for translation), a forward pass 1
 per example and a backward pass 2, so a training step on a batch of B examples is 3 B:
