@@ -257,3 +257,28 @@ def test_a_real_search_stopped_inside_a_batch_resumes_to_the_same_runs(tmp_path)
 
     text = status_text(d)
     assert "nothing left to train" in text and "decided or out of seeds" not in text  # never "decided" when a row is not
+
+
+def test_why_a_row_got_no_more_seeds_is_in_the_leaderboard_and_status(tmp_path):
+    """Once adaptive seeds are over, the search records why each row still undecided got no more seeds (the last
+    stage event's notes in decisions.jsonl); the leaderboard shows it under its summary (Adaptive seeds) and in
+    the row (seeds_stop), and `nas-stab status` prints it: never only in log.txt."""
+    from nas_stab.results.formats import to_markdown
+    from nas_stab.results.leaderboard import load_analysis
+    from nas_stab.results.status import status_text
+    from nas_stab.store.decisions import read_decisions
+
+    d = _local(TINY_ADAPTIVE.replace("max: 4", "max: 3"), tmp_path / "a")
+    decided = read_decisions(d)
+    assert decided is not None and decided.stage is not None and decided.stage["runs"] == []
+    notes = decided.seeds_notes()
+    a, prov, _ = load_analysis([d])
+    undecided = set(a.rows.loc[a.rows["transfers"] == "inconclusive", "label"])
+    assert undecided, "the fixture should leave a row undecided at seeds.max"
+    assert set(notes) == undecided
+    assert all(notes[lab].startswith(("inconclusive at", "left inconclusive", "more seeds cannot")) for lab in notes)
+    assert dict(zip(a.rows["label"], a.rows["seeds_stop"])) == {lab: notes.get(lab, "") for lab in a.rows["label"]}
+    md = to_markdown(a, prov)
+    assert "**Adaptive seeds**" in md and all(f"{lab}: {notes[lab]}" in md for lab in notes)
+    text = status_text(d)
+    assert all(f"{lab}: {notes[lab]}" in text for lab in notes)

@@ -43,3 +43,15 @@ def with_bracket_ends(run: Run, trials: pd.DataFrame, lr_key: str) -> pd.DataFra
     out = trials.copy()
     out["bracket_end"] = [ends.get(k, "unfinished") if s else "" for k, s in zip(keys, in_sweep)]
     return out
+
+
+def adaptive_notes(run: Run) -> dict[str, str]:
+    """For a search with adaptive seeds that is over: row label -> why that row, still undecided, got no more
+    seeds, as the search recorded it; {} otherwise (another search, one still going, or no decisions to read)."""
+    if not search_mode(run.spec).adaptive:
+        return {}
+    try:
+        d = read_decisions(run.path)
+    except ValueError:
+        return {}
+    return d.seeds_notes() if d is not None else {}

@@ -139,6 +139,7 @@ CSV_COLUMNS = [
     "reference_size", "sizes", "seeds", "runs", "diverged", "stuck", "pruned", "m0", "margin",
     "epsilon", "transfer_worst", "transfer_worst_lo", "transfer_worst_hi", "min_seeds", "largest_diverged", "largest_window",
     "plateaus", "best_report", "best_report_std", "best_report_n",  # appended (issue 38): readers that index columns keep working
+    "seeds_stop",  # adaptive seeds only
 ]
 
 

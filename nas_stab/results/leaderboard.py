@@ -40,7 +40,7 @@ from nas_stab.errors import RunError, SpecError
 from nas_stab.results import formats as _formats
 from nas_stab.results import pareto as _pareto
 from nas_stab.results import plots as _plots
-from nas_stab.results.bracket_ends import with_bracket_ends
+from nas_stab.results.bracket_ends import adaptive_notes, with_bracket_ends
 from nas_stab.results.provenance import provenance
 from nas_stab.store.atomic import atomic_write, remove_stale_tmp
 from nas_stab.store.reader import Run, read_run
@@ -90,6 +90,10 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
     except RunError as e:
         where = ", ".join(str(r.path / "trials.csv") for r in runs)
         raise RunError(f"{where}: {e}") from None
+    notes = {k: v for r in runs for k, v in adaptive_notes(r).items()}
+    if notes and len(a.rows):
+        a.rows["seeds_stop"] = [notes.get(str(lab), "") if t == "inconclusive" else ""
+                                for lab, t in zip(a.rows["label"], a.rows["transfers"])]
     return a, provenance(runs, trials, command=command), runs
 
 

@@ -65,6 +65,7 @@ def status_text(run_dir: Path) -> str:
         lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
                  + ("? runs of the current batch to train" if todo is None else
                     f"{todo} run(s) of the current batch to train" if todo else ADAPTIVE_DONE)]
+        lines += [f"  {label}: {note}" for label, note in (decided.seeds_notes() if decided is not None else {}).items()]
     elif planned is None:
         left_open = decided.open_sweeps() if decided is not None else None
         open_sweeps = left_open or 0

@@ -124,6 +124,11 @@ def report_lines(a: Analysis, most: int = 8) -> list[tuple[str, str]]:
                  for lab, g in flat.groupby("label", sort=False)]
         out.append(("Plateaus", f"{listed(parts)} (the best grid lr within one standard error of a tried neighbour: the seeds do "
                                 "not resolve the optimum; bracket in leaderboard_sizes.csv)"))
+    if "seeds_stop" in a.rows.columns:
+        stops = [f"{r['label']}: {r['seeds_stop']}" for r in a.rows.to_dict("records") if r["seeds_stop"]]
+        if stops:
+            out.append(("Adaptive seeds", f"{listed(stops)} (why each row still inconclusive got no more seeds, as the search "
+                                          "decided on its last stage)"))
     return out
 
 

@@ -21,7 +21,9 @@ Events (every one has ``event`` and ``time``, UTC ISO 8601):
   ``best_lr``, ``rounds``, and once it ended ``runs`` (the keys of its recorded runs).
 - ``outer``: a transfer search's outer trial was scored: ``outer``, ``status`` (complete | failed).
 - ``stage``: adaptive seeds planned a stage: ``stage`` (0: the inner search's runs), ``runs`` (the keys
-  of every run of the stage); ``runs: []`` says the search is over.
+  of every run of the stage); ``runs: []`` says the search is over, and then ``notes`` (row label -> why
+  that row, still undecided, got no more seeds: "inconclusive at 6 seeds, the most allowed", "left
+  inconclusive: its worst_regret interval ... would still straddle ... at 6").
 
 The latest event of a sweep (or of the stage) is its state. `read_decisions` folds the file into
 `Decisions`; `DecisionLog` appends what changed. A torn last line (a kill while writing) is ignored.
@@ -120,6 +122,13 @@ class Decisions:
             return None
         ended = sum(1 for (o, _), ev in self.sweeps.items() if o == outer and ev["end"] != "running")
         return self.sweeps_per_outer - ended
+
+    def seeds_notes(self) -> dict[str, str]:
+        """Adaptive seeds, once the search is over: row label -> why that undecided row got no more seeds ({}
+        while it goes on, or for a search recorded before the notes were)."""
+        if self.stage is None or self.stage.get("runs"):
+            return {}
+        return {str(k): str(v) for k, v in (self.stage.get("notes") or {}).items()}
 
     def stage_todo(self, recorded: Iterable[str]) -> int | None:
         """Adaptive seeds: runs of the current stage not recorded (0: the search is over); None: no stage yet."""

@@ -56,7 +56,7 @@ class AdaptiveSeeds:
             self._grid = plan.grid_jobs(spec)
             self._index.update((j.key, j) for j in self._grid)
             self._stage0 = self._grid_stage
-        self._plans: dict[tuple, list[Job]] = {}  # one plan (and one log of it) per stage's runs
+        self._plans: dict[tuple, tuple[list[Job], dict]] = {}  # one plan (and one log of it) per stage's runs, its notes
         self.notes: dict = {}  # the latest plan's word on each open row (label -> text)
 
     # ------------------------------------------------------------ the interface
@@ -114,7 +114,11 @@ class AdaptiveSeeds:
         recs = {str(r.get("key")): r for r in records}
         got = self.stage(recs)
         out = self.inner.decisions(records) if self.mode.kind == "bracket" else []
-        out.append({"event": "stage", "stage": got[0] if got else None, "runs": sorted(j.key for j in got[1]) if got else []})
+        event: dict[str, Any] = {"event": "stage", "stage": got[0] if got else None,
+                                 "runs": sorted(j.key for j in got[1]) if got else []}
+        if got is None:  # over: why each row still undecided got no more seeds (the leaderboard and status show it)
+            event["notes"] = dict(self.notes)
+        out.append(event)
         return out
 
     def _grid_stage(self, known: dict) -> list[Job] | None:
@@ -132,8 +136,9 @@ class AdaptiveSeeds:
         memo = tuple(sorted((k, str(r.get("status")), str(r.get(self._metric))) for k, r in known.items()))
         got = self._plans.get(memo)
         if got is None:
-            got = self._plans[memo] = self._plan(known)
-        return got
+            got = self._plans[memo] = (self._plan(known), dict(self.notes))
+        self.notes = dict(got[1])  # the word of this stage's plan on each open row, memoized or not
+        return got[0]
 
     @property
     def _metric(self) -> str:
