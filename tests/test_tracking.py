@@ -108,6 +108,10 @@ def test_mlflow_one_run_per_run_with_params_curves_final_metrics_and_the_leaderb
     d = out / "tiny"
     rows = _rows(d)
     client, runs = _mlflow_runs(d)
+    # one line says what was logged and how to open it
+    uri = f"sqlite:///{d.resolve() / 'mlflow.db'}"
+    assert (f"tracking: mlflow: 4 run(s) logged and the leaderboard to {uri}; open it: mlflow ui --backend-store-uri {uri}"
+            in r.stdout), r.stdout
     by_name = {run.info.run_name: run for run in runs}
     assert sorted(by_name) == sorted([row["run_id"] for row in rows] + ["leaderboard"]) and len(runs) == 5
     parent = by_name["leaderboard"].info.run_id
@@ -122,6 +126,13 @@ def test_mlflow_one_run_per_run_with_params_curves_final_metrics_and_the_leaderb
         assert (params["model.branches"], params["train.lr"], params["seed"]) == \
             (row["model.branches"], row["train.lr"], row["seed"])
         assert params["model.width"] == "16" and params["train.steps"] == "20" and params["task.dataset.name"] == "digits"
+        # params are text in MLflow; the typed configuration is each run's config.json
+        dst = tmp_path / "dl" / row["run_id"]
+        dst.mkdir(parents=True)
+        with open(client.download_artifacts(run.info.run_id, "config.json", str(dst))) as f:
+            typed = json.load(f)
+        assert typed["model.width"] == 16 and typed["train.lr"] == float(row["train.lr"]) and typed["seed"] == int(row["seed"])
+        assert typed["task.dataset.name"] == "digits" and isinstance(typed["train.steps"], int)
         # final metrics: trials.csv's values exactly
         for col in ("objective", "val_acc", "val_loss", "test_acc", "train_loss", "init_fwd_ratio", "final_fwd_ratio",
                     "max_update_ratio", "steps"):
@@ -138,6 +149,7 @@ def test_mlflow_one_run_per_run_with_params_curves_final_metrics_and_the_leaderb
     # resuming: nothing trained, nothing logged twice
     r = run_cli("run", spec, "--out", out)
     assert r.returncode == 0, r.stderr
+    assert "tracking: mlflow: 0 run(s) logged and the leaderboard" in r.stdout
     _, again = _mlflow_runs(d)
     assert sorted(x.info.run_id for x in again) == sorted(x.info.run_id for x in runs)
 

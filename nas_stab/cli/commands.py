@@ -165,6 +165,8 @@ def _run(args, setup_done) -> int:
             paths = _write_leaderboard(rd)
             for line in rd.track_end(paths):  # MLflow / W&B (logging.tracking): best effort, said in log.txt
                 print(f"warning: tracking: {line}", file=sys.stderr)
+            for line in rd.track_summary():
+                print(f"tracking: {line}")
     return 1 if counts.get("failed") else 0
 
 
@@ -321,7 +323,7 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
             tracking = open_tracking(run.spec, run.path, run.meta, rd.log)
             assert tracking is not None, "its backends were checked above"
             try:
-                n = tracking.finish(paths, run.path, again=True)
+                tracking.finish(paths, run.path, again=True)
             finally:
                 tracking.close()
     except RunError as e:
@@ -329,9 +331,8 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
         return
     for line in tracking.failures:
         print(f"warning: tracking: {line}", file=sys.stderr)
-    if not tracking.failures:
-        print(f"tracking: the leaderboard logged to {', '.join(tracking.trackers)}"
-              + (f", with {n} run(s) not logged before" if n else ""))
+    for line in tracking.summary():
+        print(f"tracking: {line}")
 
 
 def cmd_status(args) -> int:

@@ -63,6 +63,10 @@ class RecordView(Protocol):
         """The end of a search (`files`: the leaderboard's): what is still to log; its failures."""
         ...
 
+    def summary(self) -> list[str]:
+        """After `finish`: one line per backend that worked, what it logged and how to open it."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -350,6 +354,10 @@ class RunDir:
         """The end of a search: each view logs what it has not yet (the runs, then the leaderboard files); the
         failures, as logged."""
         return [line for v in self.views for line in v.finish(files, self.path)]
+
+    def track_summary(self) -> list[str]:
+        """After `track_end`: what each view logged and how to open it (one line each)."""
+        return [line for v in self.views for line in v.summary()]
 
     def write_history(self, run_id: str, history: list[dict[str, float]]) -> None:
         cols: list[str] = ["step", "train_loss", "lr"]

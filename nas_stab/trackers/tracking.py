@@ -94,6 +94,7 @@ class Tracking:
         self.trackers = {name: _BACKENDS[name](exp) for name in exp.tracking}
         self.off: set[str] = set()
         self.failures: list[str] = []
+        self.logged: dict[str, int] = {name: 0 for name in self.trackers}  # runs written per backend, this process
         self._ending = False  # in `finish`: a failure's line says what tries again then
 
     def runs(self, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -109,6 +110,7 @@ class Tracking:
                     if tracker.logged(rec.run_id) != rec.fingerprint:
                         tracker.log_run(rec)
                         n += 1
+                        self.logged[name] += 1
             except Exception as e:  # the records are written; tracking must not stop the search
                 self._failed(tracker, f"run {rec.run_id}" if rec else "runs", e)
         return n
@@ -129,6 +131,12 @@ class Tracking:
                 except Exception as e:
                     self._failed(tracker, "the leaderboard", e)
         return n
+
+    def summary(self) -> list[str]:
+        """One line per backend that did not fail: what this process logged there, where, and how to open it."""
+        return [f"{name}: {self.logged[name]} run(s) logged" + (" and the leaderboard" if self._ending else "")
+                + f" to {tracker.where()}; open it: {tracker.open_hint()}"
+                for name, tracker in self.trackers.items() if name not in self.off]
 
     def _failed(self, tracker, what: str, e: Exception) -> None:
         why = " ".join(str(e).split())[:300] or "no message"

@@ -42,6 +42,9 @@ def _quiet(*names: str):
             lg.setLevel(lv)
 
 
+CONFIG_ARTIFACT = "config.json"  # each run's resolved configuration with its types (MLflow keeps params as text)
+
+
 class MlflowTracker:
     """One MLflow run per recorded run, children of a run named `leaderboard` with the tables."""
 
@@ -57,6 +60,11 @@ class MlflowTracker:
 
     def where(self) -> str:
         return _public_uri(self.uri)
+
+    def open_hint(self) -> str:
+        """How to look at what was logged (the password of a URI masked)."""
+        return (f"mlflow ui --backend-store-uri {self.where()}; each run's params are text, its typed configuration "
+                f"is the artifact {CONFIG_ARTIFACT}")
 
     def _open(self):
         """The client and the experiment (created, or restored when deleted), once."""
@@ -143,6 +151,7 @@ class MlflowTracker:
                           for k, v in rec.config().items()]
                 for i in range(0, len(params), 100):  # MLflow's limit of params per batch
                     client.log_batch(mid, params=params[i:i + 100])
+                client.log_dict(mid, rec.config(), CONFIG_ARTIFACT)  # params are text in MLflow: the typed copy
                 now = int(time.time() * 1000)
                 points = [Metric(_key(k), v, now, step) for step, values in rec.curves().items() for k, v in values.items()]
                 points += [Metric(_key(k), v, now, rec.step) for k, v in rec.final().items()]

@@ -35,6 +35,12 @@ class WandbTracker:
         mode = os.environ.get("WANDB_MODE") or "offline"
         return f"project {self.exp.wandb_project} ({mode}, {self.dir})"
 
+    def open_hint(self) -> str:
+        """How to look at what was logged: offline runs are uploaded by `wandb sync`."""
+        if (os.environ.get("WANDB_MODE") or "offline") in ("offline", "dryrun", "disabled"):
+            return f"wandb sync {self.dir}/offline-run-* (then the project {self.exp.wandb_project} in W&B; config values keep their types)"
+        return f"the project {self.exp.wandb_project} in W&B (config values keep their types)"
+
     def _ledger_path(self) -> Path:
         return self.dir / WANDB_LEDGER
 

@@ -34,6 +34,9 @@ class TensorBoardView:
     def finish(self, files: dict[str, Path] | None, path: Path) -> list[str]:
         return []
 
+    def summary(self) -> list[str]:
+        return []  # `nas-stab run` names the TensorBoard command when it starts
+
     def close(self) -> None:
         pass
 
@@ -51,6 +54,9 @@ class TrackingView:
     def finish(self, files: dict[str, Path] | None, path: Path) -> list[str]:
         self.tracking.finish(files, path)
         return list(self.tracking.failures)
+
+    def summary(self) -> list[str]:
+        return self.tracking.summary()
 
     def close(self) -> None:
         self.tracking.close()
