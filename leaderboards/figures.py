@@ -27,17 +27,18 @@ leaderboards/README.md and the repository's README.md)::
 
     the best lr moved by <!--fig width-umup/leaderboard.csv lr_drift label="False" fmt=+.2f-->+0.81<!--/fig--> octave
 
-``SOURCE COLUMN [KEY=VALUE ...] [agg=mean|median|min|max|sum|count] [fmt=SPEC] [mul=X]``: SOURCE is a CSV under
-leaderboards/ (in a table's README a bare file name is that table's own), KEY=VALUE picks rows (string equality
-with the cell, or numeric equality when both are numbers; quote values with spaces), exactly one row unless
-``agg`` reduces them, ``mul`` multiplies (100 for a percentage), ``fmt`` is a Python format spec (default
-``.3g``). The text between the tags is rewritten from the CSV; ``--check`` fails on one that differs, and a tag
+``SOURCE COLUMN [KEY=VALUE ...] [KEY<X KEY<=X KEY>X KEY>=X KEY!=X ...] [agg=mean|median|min|max|sum|count|std|nunique]
+[fmt=SPEC] [mul=X]``: SOURCE is a CSV under leaderboards/ (in a table's README a bare file name is that table's own),
+KEY=VALUE picks rows (string equality with the cell, or numeric equality when both are numbers; quote values with
+spaces), the comparisons pick rows by number, exactly one row unless ``agg`` reduces them (``nunique``: distinct
+values of COLUMN), ``mul`` multiplies (100 for a percentage), ``fmt`` is a Python format spec (default ``.3g``). The text between the tags is rewritten from the CSV; ``--check`` fails on one that differs, and a tag
 that selects no row, or several without ``agg``, is an error naming its file and line. A tag shown in code is an
 example and is left alone.
 
 Other sources of a tag: ``derived.csv`` (a table's own analysis code, run by ``leaderboards/derive.py``:
 ``<!--fig derived.csv value name=d30-gap fmt=+.3f-->``), and a YAML file, with a dotted key (a list item by its
-index): a protocol constant from the experiment file that set it, ``<!--fig ../spaces/published/pathbn.yaml
+index; a key that holds dots, such as ``space.train.lr.log_grid.0``, is matched whole; ``agg=count``: a list's length):
+a protocol constant from the experiment file that set it, ``<!--fig ../spaces/published/pathbn.yaml
 train.momentum-->0.9<!--/fig-->``, or a declared effect from a ``claims.yaml``. A number quoted from a paper, which
 no CSV of ours holds and no rerun can make stale, is marked with its source: ``<!--quote Path-BN, Table 1-->6.93
 <!--/quote-->`` (an error without a source or a number).
@@ -204,6 +205,8 @@ def untagged(text: str) -> list[tuple[int, str]]:
     text = re.sub(r"<!-- ([a-z ]+): begin -->.*?<!-- \1: end -->", blank, text, flags=re.S)  # the benchmarks' tables
     text = re.sub(r"<!--fig [^>]*?-->.*?<!--/fig-->", blank, text, flags=re.S)
     text = re.sub(r"<!--quote [^>]*?-->.*?<!--/quote-->", blank, text, flags=re.S)
+    text = re.sub(r"(?:Sections?|section|§|Appendix|Eq\.|Equations?|Theorem|Lemma|Proposition|Corollary|Definition)"
+                  r" [A-Z]?\d+(?:\.\d+)+", blank, text)  # a paper's section or equation number is a reference
     text = re.sub(r"```.*?```", blank, text, flags=re.S)
     text = re.sub(r"`[^`\n]*`", blank, text)
     return [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in DECIMAL.finditer(text)]
@@ -226,7 +229,12 @@ def quoted(text: str, where: str) -> tuple[int, list[str]]:
             errors.append(f"{where}:{line}: a quote holds no number: {m.group('text')!r}")
         n += len(DECIMAL.findall(m.group("text")))
     return n, errors
-AGGS = ("mean", "median", "min", "max", "sum", "count")
+AGGS = ("mean", "median", "min", "max", "sum", "count", "std", "nunique")
+
+
+COMPARE = re.compile(r"([^=<>!\s]+)(<=|>=|!=|<|>)(.+)")  # KEY<=X, KEY>X, KEY!=X: numeric row filters
+OPS = {"<": lambda c, x: c < x, "<=": lambda c, x: c <= x, ">": lambda c, x: c > x, ">=": lambda c, x: c >= x,
+       "!=": lambda c, x: c != x}
 
 
 class FigureError(ValueError):
@@ -249,19 +257,25 @@ def _read(path: Path, stamp: tuple[int, int]) -> pd.DataFrame:
     return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
 
 
-def _yaml_value(path: Path, key: str, source: str) -> float:
+def _yaml_value(path: Path, key: str, source: str, agg_count: bool = False) -> float:
     """The number at a dotted `key` of a YAML file (a list item by its index): a protocol constant quoted from
     the experiment file that set it, or a declared effect from a claims.yaml."""
     import yaml
 
     node: object = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for part in key.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise FigureError(f"{source} has no key {key!r} (stops at {part!r})")
+    parts = key.split(".")
+    while parts:
+        if isinstance(node, dict):  # the longest key that matches: space: keys hold dots (train.lr)
+            n = next((n for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in node), 0)
+            if n:
+                node, parts = node[".".join(parts[:n])], parts[n:]
+                continue
+        elif isinstance(node, list) and parts[0].isdigit() and int(parts[0]) < len(node):
+            node, parts = node[int(parts[0])], parts[1:]
+            continue
+        raise FigureError(f"{source} has no key {key!r} (stops at {parts[0]!r})")
+    if agg_count and isinstance(node, (list, dict)):
+        return float(len(node))
     if isinstance(node, bool) or not isinstance(node, (int, float)):
         raise FigureError(f"{source} {key} is {node!r}, not a number")
     return float(node)
@@ -276,15 +290,17 @@ def figure(spec: str, home: Path | None) -> str:
     path = (home / source) if home is not None and "/" not in source else BOARDS / source
     if not path.is_file():
         raise FigureError(f"no file {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    compares = [m.groups() for w in rest if (m := COMPARE.fullmatch(w))]
+    rest = [w for w in rest if not COMPARE.fullmatch(w)]
     opts = dict(w.split("=", 1) for w in rest if "=" in w)
     bad = [w for w in rest if "=" not in w]
     if bad:
         raise FigureError(f"words without KEY=VALUE: {' '.join(bad)}")
     agg, fmt, mul = opts.pop("agg", None), opts.pop("fmt", ".3g"), float(opts.pop("mul", "1"))
     if path.suffix in (".yaml", ".yml"):
-        if opts or agg is not None:
-            raise FigureError(f"{source} is a YAML file: a dotted key and fmt=/mul= only, no row filters or agg")
-        return format(_yaml_value(path, column, source) * mul, fmt)
+        if opts or agg not in (None, "count"):
+            raise FigureError(f"{source} is a YAML file: a dotted key, agg=count (a list's length) and fmt=/mul= only, no row filters")
+        return format(_yaml_value(path, column, source, agg == "count") * mul, fmt)
     st = path.stat()
     df = _read(path, (st.st_mtime_ns, st.st_size))
     if column not in df.columns:
@@ -293,6 +309,15 @@ def figure(spec: str, home: Path | None) -> str:
         if key not in df.columns:
             raise FigureError(f"{source} has no column {key!r}")
         df = df.loc[[_matches(c, want) for c in df[key]]] if len(df) else df  # (an empty list would select columns)
+    for key, op, want in compares:
+        if key not in df.columns:
+            raise FigureError(f"{source} has no column {key!r}")
+        try:
+            bound = float(want)
+        except ValueError:
+            raise FigureError(f"{key}{op}{want}: a comparison needs a number") from None
+        cells = pd.to_numeric(df[key], errors="coerce")
+        df = df.loc[OPS[op](cells, bound).fillna(False).to_numpy(bool)] if len(df) else df
     if agg is not None and agg not in AGGS:
         raise FigureError(f"agg {agg!r} is not one of {', '.join(AGGS)}")
     if len(df) == 0 and agg != "count":
@@ -300,7 +325,8 @@ def figure(spec: str, home: Path | None) -> str:
     if agg is None and len(df) != 1:
         raise FigureError(f"{spec!r} selects {len(df)} rows of {source}; exactly one needed (or agg=)")
     values = pd.to_numeric(df[column], errors="coerce")
-    reduce = {None: lambda v: v.iloc[0], "count": lambda v: len(v)}.get(agg, lambda v: getattr(v, str(agg))())
+    reduce = {None: lambda v: v.iloc[0], "count": lambda v: len(v),
+              "nunique": lambda v: df[column].nunique()}.get(agg, lambda v: getattr(v, str(agg))())
     value = float(reduce(values))
     if math.isnan(value):
         return str(df[column].iloc[0]) if agg is None and len(df) == 1 and df[column].iloc[0] else "-"

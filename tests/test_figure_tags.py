@@ -103,3 +103,19 @@ def test_derived_figures_are_the_tables_own_code_rerun(tmp_path, monkeypatch):
     assert derive.main([str(table), "--check"]) == 0
     (table / "trials.csv").write_text("acc\n0.5\n0.9\n")  # a rerun moved the figure
     assert derive.main([str(table), "--check"]) == 1
+
+
+def test_yaml_keys_with_dots_comparisons_and_the_other_aggregates(home):
+    (home / "spec.yaml").write_text("space:\n  train.lr: {log_grid: [0.002, 0.064, 11]}\n  model.branches: [1, 4, 16]\n")
+    assert figures.figure("spec.yaml space.train.lr.log_grid.1", home) == "0.064"
+    assert figures.figure("spec.yaml space.model.branches agg=count fmt=.0f", home) == "3"
+    assert figures.figure("board.csv best_lr worst_regret>0.1 agg=count fmt=.0f", home) == "2"
+    assert figures.figure("board.csv best_lr size<=64 agg=max", home) == "0.004"
+    assert figures.figure("board.csv label size!=64 agg=nunique fmt=.0f", home) == "2"
+    assert figures.figure("board.csv best_lr label=sp agg=std fmt=.4f", home) == "0.0014"
+    with pytest.raises(figures.FigureError, match="a comparison needs a number"):
+        figures.figure("board.csv best_lr size<big agg=count", home)
+
+
+def test_a_papers_section_number_is_a_reference_not_a_figure():
+    assert figures.untagged("as in Section 5.1 and Appendix A.4, Eq. 3.2; we got 0.93\n") == [(1, "0.93")]
