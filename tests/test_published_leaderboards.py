@@ -430,3 +430,17 @@ def test_the_sizes_block_is_over_the_tables_size_key():
         assert header.split("|")[2].strip() == load_spec(spec_file).leaderboard.transfer, (t.name, header)
         checked += 1
     assert checked >= 3
+
+
+def test_the_protocol_constants_pages_quote_are_the_codes():
+    """leaderboards/protocol.yaml holds the protocol's constants the pages quote by figure tag; one the code also
+    holds is the code's (the power a claim's seeds are sized for)."""
+    import inspect
+
+    import yaml
+
+    from nas_stab.analysis.claim_verdicts import _needed
+
+    protocol = yaml.safe_load((BOARDS / "protocol.yaml").read_text(encoding="utf-8"))
+    assert protocol["power"] == inspect.signature(_needed).parameters["power"].default
+    assert 0.9 < protocol["mnist_mlp_bar"] < 1
