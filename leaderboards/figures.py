@@ -31,9 +31,10 @@ leaderboards/README.md and the repository's README.md)::
 [fmt=SPEC] [mul=X]``: SOURCE is a CSV under leaderboards/ (in a table's README a bare file name is that table's own),
 KEY=VALUE picks rows (string equality with the cell, or numeric equality when both are numbers; quote values with
 spaces), the comparisons pick rows by number, exactly one row unless ``agg`` reduces them (``nunique``: distinct
-values of COLUMN), ``mul`` multiplies (100 for a percentage), ``fmt`` is a Python format spec (default ``.3g``). The text between the tags is rewritten from the CSV; ``--check`` fails on one that differs, and a tag
-that selects no row, or several without ``agg``, is an error naming its file and line. A tag shown in code is an
-example and is left alone.
+values of COLUMN), ``mul`` multiplies (100 for a percentage), ``fmt`` is a Python format spec (default ``.3g``).
+The text between the tags is rewritten from the CSV; ``--check`` fails on one that differs, and a tag that selects
+no row, or several without ``agg``, is an error naming its file and line. A tag shown in code is an example and is
+left alone.
 
 Other sources of a tag: ``derived.csv`` (a table's own analysis code, run by ``leaderboards/derive.py``:
 ``<!--fig derived.csv value name=d30-gap fmt=+.3f-->``), and a YAML file, with a dotted key (a list item by its
@@ -192,7 +193,8 @@ def rewrite(readme_text: str, table: Path) -> str:
 
 
 
-DECIMAL = re.compile(r"(?<![\w.])(?!20\d\d\.\d\d(?![\d.]))[-+]?\d+\.\d+(?![\w.])")  # not a rules version (2026.12)
+# a decimal number (one that ends a sentence too: "0.026."), not a rules version (2026.12) or a dotted version (2.60.1)
+DECIMAL = re.compile(r"(?<![\w.])(?!20\d\d\.\d\d(?!\d|\.\d))[-+]?\d+\.\d+(?!\w|\.\d)")
 LEDGER = BOARDS / "untagged_figures.csv"  # per README: decimals in its prose not yet generated (ratchet: see main)
 
 

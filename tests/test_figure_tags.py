@@ -119,3 +119,8 @@ def test_yaml_keys_with_dots_comparisons_and_the_other_aggregates(home):
 
 def test_a_papers_section_number_is_a_reference_not_a_figure():
     assert figures.untagged("as in Section 5.1 and Appendix A.4, Eq. 3.2; we got 0.93\n") == [(1, "0.93")]
+
+
+def test_a_figure_that_ends_a_sentence_is_counted():
+    assert figures.untagged("it costs 0.026. Then 5.4, and C^0.33.\nversion 2.60.1 and rules 2026.12.\n") == [
+        (1, "0.026"), (1, "5.4"), (1, "0.33")]
