@@ -143,14 +143,17 @@ def sizes_block(table: Path) -> str:
 
 def _cells_block(table: Path, value: str) -> str:
     """The seed mean of `value` at every (row, size, lr) cell, lrs as columns, from leaderboard_cells.csv; a cell
-    with diverged or stuck seeds says how many (they count at chance in the mean, as in the verdicts)."""
+    with diverged or stuck seeds says how many (a diverged or failed seed counts at the no-learning value in the
+    mean, as in the verdicts; a stuck one keeps the value it reached, at the no-learning level). A table without a
+    size axis shows '-' as its size."""
     cells = pd.read_csv(table / "leaderboard_cells.csv", comment="#")
     cols = list(cells.columns)
     size_col, lr_col = cols[cols.index("mean") - 2], cols[cols.index("mean") - 1]
     lrs = sorted(cells[lr_col].unique())
     lines = [f"| row | {size_col} | " + " | ".join(_g(x) for x in lrs) + " |", "|---|---|" + "---|" * len(lrs)]
+    # (a table without a size axis stores its size as null: one row per label, '-' for the size)
     for label, rows in cells.groupby("label", sort=False):
-        for size, at in rows.groupby(size_col, sort=True):
+        for size, at in rows.groupby(size_col, sort=True, dropna=False):
             by_lr = {r[lr_col]: r for _, r in at.iterrows()}
             out = []
             for x in lrs:

@@ -124,3 +124,10 @@ def test_a_papers_section_number_is_a_reference_not_a_figure():
 def test_a_figure_that_ends_a_sentence_is_counted():
     assert figures.untagged("it costs 0.026. Then 5.4, and C^0.33.\nversion 2.60.1 and rules 2026.12.\n") == [
         (1, "0.026"), (1, "5.4"), (1, "0.33")]
+
+
+def test_the_cells_block_of_a_table_without_a_size_axis(tmp_path):
+    (tmp_path / "leaderboard_cells.csv").write_text(
+        "label,model.block,size,train.lr,mean,std,n,n_runs,n_ok,n_diverged,n_stuck,report_mean\n"
+        "plain,plain,null,0.001,29.0,0,3,3,3,0,0,28\nplain,plain,null,0.002,30.1,0,3,3,3,0,0,29\n")
+    assert figures.MAKERS["cells"](tmp_path).splitlines()[2] == "| plain | - | 29 | 30.1 |"
