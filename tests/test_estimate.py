@@ -207,3 +207,24 @@ def test_the_bookkeeping_is_measured_on_a_real_driver_in_a_temporary_directory(t
     open_s, book_s, end_s = measure.bookkeeping(spec, None)
     assert open_s > 0 and book_s > 0 and end_s >= 0
     assert not other.exists() and not list(tmp_path.iterdir())
+
+
+def test_adaptive_seeds_give_a_range_from_the_first_seeds_to_every_verdict_cell_at_max(monkeypatch):
+    """With seeds: {min, max} the search decides its own size: the estimate gives the runs if the first seeds decide
+    every row, and the most, every row open to seeds.max at each cell its verdict rests on (5 per row and size)."""
+    fixed_timings(monkeypatch)
+    spec = loads_spec(BRACKET.replace("seeds: 2", "seeds: {min: 2, max: 5}"))
+    assert report.adaptive_extra_runs(spec) == 1 * 2 * 5 * 3  # one row, two widths, 5 cells, 3 more seeds
+    assert report.adaptive_extra_runs(loads_spec(BRACKET)) == 0
+    last = estimate.estimate_cost(spec, 12, costs=COSTS).splitlines()[-1]
+    per_run = (6 * 0.1 + 6 * 0.4) / 12
+
+    def wall(n):
+        return wall_model(COSTS, per_run * n, n, 2).total
+
+    assert last.startswith("  -> adaptive seeds (2 to 5): the search decides its own size: "), last
+    assert f"~{wall(28):.1f} s (28 runs) if 2 seeds decide every row, up to ~{wall(58):.1f} s (58 runs)" in last, last
+    grid = loads_spec(BRACKET.replace("seeds: 2", "seeds: {min: 3, max: 4}").replace(
+        "search: {sampler: bracket, bracket: {step_octaves: 1, resolution_octaves: 0.5, lr_limits: [0.0025, 0.16]}}",
+        "search: {sampler: grid}"))
+    assert report.adaptive_extra_runs(grid) == 1 * 2 * 3 * 1  # a 3-lr grid: at most its 3 lrs per size

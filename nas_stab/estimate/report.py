@@ -152,6 +152,32 @@ def _wall_lines(spec: Spec, shape: Shape, costs: Costs, per_run: float, threads:
         kind = "" if search_mode(spec).kind == "grid" or shape.outer else \
             " (sampled configurations: timed at the base configuration)"
         out.append(f"  -> wall time: ~{duration(wall(shape.runs))}{kind}")
+    extra = adaptive_extra_runs(spec)
+    if extra:
+        base = shape.bracket[1] if shape.bracket is not None else shape.runs
+        n_min, n_max = len(spec.seeds), len(spec.seeds) + len(spec.seeds_more)
+        out.append(f"  -> adaptive seeds ({n_min} to {n_max}): the search decides its own size: ~{duration(wall(base))} "
+                   f"({base} runs) if {n_min} seeds decide every row, up to ~{duration(wall(base + extra))} "
+                   f"({base + extra} runs) if every row stays open to seeds.max (at most {VERDICT_CELLS} cells per row and "
+                   f"size get more seeds: the optimum, its neighbours and the carried lr's)")
     if spec.runner.kind == "ray":
         out.append("  (the Ray runner: its cluster's start-up and scheduling are not counted)")
     return out
+
+
+VERDICT_CELLS = 5  # cells a verdict rests on per row and size (analysis/more_seeds.py: best lr, its two neighbours,
+# the two tried lrs around the carried lr)
+
+
+def adaptive_extra_runs(spec: Spec) -> int:
+    """Adaptive seeds: the most runs the seeds beyond seeds.min can add (every row open to seeds.max, at every cell
+    its verdict rests on); 0 for a fixed seed count."""
+    more = len(getattr(spec, "seeds_more", ()))
+    if not more or not search_mode(spec).adaptive:
+        return 0
+    lb = spec.leaderboard
+    count = lambda key: len(spec.space.values_of(d)) if (d := spec.space.get(key)) is not None else 1  # noqa: E731
+    rows = math.prod(count(k) for k in lb.compare) if lb.compare else 1
+    sizes = count(lb.transfer) if lb.transfer else 1
+    cells = VERDICT_CELLS if search_mode(spec).kind == "bracket" else min(VERDICT_CELLS, count(lb.lr))  # a bracket extends its lrs
+    return rows * sizes * cells * more
