@@ -62,10 +62,7 @@ def status_text(run_dir: Path) -> str:
     elif mode.adaptive:
         todo = decided.stage_todo(str(r.get("key")) for r in rows) if decided is not None else None
         open_sweeps = todo or 0
-        lines = [f"{spec.name}: {done} runs finished; adaptive seeds: "
-                 + ("? runs of the current batch to train" if todo is None else
-                    f"{todo} run(s) of the current batch to train" if todo else ADAPTIVE_DONE)]
-        lines += [f"  {label}: {note}" for label, note in (decided.seeds_notes() if decided is not None else {}).items()]
+        lines = [f"{spec.name}: {done} runs finished; adaptive seeds: " + _adaptive_text(todo, decided)]
     elif planned is None:
         left_open = decided.open_sweeps() if decided is not None else None
         open_sweeps = left_open or 0
@@ -101,6 +98,16 @@ def status_text(run_dir: Path) -> str:
         lines.append(f"  {why}")
     lines += [f"  watch: {c}" for c in watch_commands(spec, run_dir)]
     return "\n".join(lines)
+
+
+def _adaptive_text(todo: int | None, decided: Decisions | None) -> str:
+    """Where adaptive seeds stand; once over, why each row still undecided got no more seeds (one line each)."""
+    if todo is None:
+        return "? runs of the current batch to train"
+    if todo:
+        return f"{todo} run(s) of the current batch to train"
+    notes = decided.seeds_notes() if decided is not None else {}
+    return ADAPTIVE_DONE + "".join(f"\n  {label}: {note}" for label, note in notes.items())
 
 
 def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
