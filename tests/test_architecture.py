@@ -22,7 +22,7 @@ LAYERS = [
     ("search",),
     ("trackers",),
     ("results",),
-    ("probe", "estimate"),
+    ("probe", "estimate", "conform"),
     ("cli",),
 ]
 

@@ -13,6 +13,7 @@ import sys
 from nas_stab import __version__
 from nas_stab.cli.commands import (
     cmd_claims,
+    cmd_conform,
     cmd_judge,
     cmd_leaderboard,
     cmd_list,
@@ -104,6 +105,18 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>/probe.* and plots/")
     pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     pr.set_defaults(func=cmd_probe)
+
+    cf = sub.add_parser("conform", help="check that the spec's model implements the parametrization it claims (slopes "
+                        "over its width or depth, with intervals); exit 0 conforms, 1 a check fails, 3 undecided")
+    cf.add_argument("spec")
+    cf.add_argument("--expect", required=True, choices=("sp", "mup", "depth_mup", "completep", "umup"),
+                    help="the parametrization the model should implement")
+    cf.add_argument("--steps", type=int, default=1, help="optimizer steps before the update is measured (default 1)")
+    cf.add_argument("--seeds", type=int, default=6, help="models per size (default 6)")
+    cf.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>.conform-<expect>/")
+    cf.add_argument("--no-plots", action="store_true", help="write the CSVs only")
+    cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    cf.set_defaults(func=cmd_conform)
 
     lb = sub.add_parser("leaderboard", help="build the LR-transfer leaderboard from one or more runs")
     lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

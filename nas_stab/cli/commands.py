@@ -189,6 +189,20 @@ def cmd_probe(args) -> int:
     return run_probe(spec, steps=args.steps, out_root=Path(args.out), seeds=args.seeds, command=command) or 0
 
 
+def cmd_conform(args) -> int:
+    from nas_stab.conform.cmd import EXIT, conform, report, verdict, write_csvs, write_outputs  # deferred: loads torch only when this runs
+
+    spec = _load(args, probe=True)
+    if args.steps < 1 or args.seeds < 2:
+        raise SpecError("--steps must be >= 1 and --seeds >= 2 (an interval needs two seeds)", key="--steps" if args.steps < 1 else "--seeds")
+    found = conform(spec, args.expect, steps=args.steps, seeds=args.seeds)
+    report(spec, args.expect, found)
+    out = Path(args.out) / f"{spec.name}.conform-{args.expect}"
+    for p in (write_csvs if args.no_plots else write_outputs)(out, found):
+        print(f"{p.stem}: {p}")
+    return EXIT[verdict(found)]
+
+
 def cmd_leaderboard(args) -> int:
     from nas_stab.analysis.values import number_or_text  # deferred: loads pandas, NumPy only when this runs
     from nas_stab.results.leaderboard import build_leaderboard  # deferred: loads PyYAML, pandas, NumPy only when this runs
