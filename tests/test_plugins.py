@@ -145,3 +145,17 @@ def test_the_plugin_model_s_own_options_and_roles_are_checked_at_validation(site
     assert r.returncode == 2 and "depth_mup is implemented for mlp, mlp_resnet, resnet; not yet for 'moons_mlp'" in r.stderr, r.stderr
     r = nas_stab(site, "schema", cwd=tmp_path)
     assert r.returncode == 0 and '"activation"' in r.stdout and '"moons_mlp"' in r.stdout
+
+
+def test_nas_stab_conform_checks_the_plugin_model_through_its_declared_roles(site, tmp_path):
+    """The plugin's model gets the same conformance checks as a built-in one, with no change to nas_stab: under muP it
+    is not failed, in SP it fails naming the hidden weights' lr and the readout."""
+    spec = EXAMPLE / "moons-mup.yaml"
+    r = nas_stab(site, "conform", str(spec), "--expect", "mup", "--set", "model.parametrization=mup", "--out", str(tmp_path),
+                 "--no-plots", cwd=tmp_path)
+    assert r.returncode in (0, 3) and "FAIL" not in r.stdout, r.stdout + r.stderr
+    assert "pass         lr             hidden" in r.stdout and "at head.weight" in r.stdout
+    r = nas_stab(site, "conform", str(spec), "--expect", "mup", "--set", "model.parametrization=sp", "--out", str(tmp_path),
+                 "--no-plots", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "failing: hidden.0.weight, hidden.1.weight" in r.stdout and "failing: head.weight" in r.stdout

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     cf.add_argument("--expect", required=True, choices=("sp", "mup", "depth_mup", "completep", "umup"),
                     help="the parametrization the model should implement")
     cf.add_argument("--steps", type=int, default=1, help="optimizer steps before the update is measured (default 1)")
-    cf.add_argument("--seeds", type=int, default=6, help="models per size (default 6)")
+    cf.add_argument("--seeds", type=int, default=8, help="models per size (default 8)")
     cf.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>.conform-<expect>/")
     cf.add_argument("--no-plots", action="store_true", help="write the CSVs only")
     cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

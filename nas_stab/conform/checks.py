@@ -55,9 +55,11 @@ def slope_interval(sizes: list[float], values: list[list[float]], n_boot: int = 
     return slope, float(lo), float(hi)
 
 
-def decide(slope: float, lo: float, hi: float, expected: float, tol: float) -> str:
+def decide(slope: float, lo: float, hi: float, expected: float, tol: float, sided: str = "both") -> str:
     if not all(math.isfinite(v) for v in (slope, lo, hi)):
         return "not measured"
+    if sided == "upper":
+        return "pass" if hi <= expected + tol else "fail" if lo > expected + tol else "inconclusive"
     if expected - tol <= lo and hi <= expected + tol:
         return "pass"
     if hi < expected - tol or lo > expected + tol:
@@ -144,9 +146,12 @@ def series(e: Expectation, points: list[Point], readout: str, adam: bool, axis: 
         return {n: _entry(e.check, n) for n, r in role.items() if r == e.what}
     if e.check in ("readout_init", "readout_lr"):
         return {head: _effective_readout(e.check, head, adam)}
-    layers = [n for n in small.act0 if n != readout and not n.startswith(readout + ".")]
+    attention = [n for n in small.act0 if n.endswith(".logits")]
+    layers = [n for n in small.act0 if n != readout and not n.startswith(readout + ".") and n not in attention]
     if e.check in ("act_init", "update"):
         return {n: _entry("act0" if e.check == "act_init" else "delta", n) for n in layers}
+    if e.check == "attn_init":
+        return {n: _entry("act0", n) for n in attention}
     if e.check in ("logits_init", "logits_update"):
         return {"logits": _logits(e.check)}
     raise ValueError(f"unknown check {e.check!r}")
@@ -163,5 +168,5 @@ def judge(expectations: list[Expectation], points: list[Point], readout: str, ad
                 out.append(Result(e.check, e.what, name, e.slope, math.nan, math.nan, math.nan, e.tol, "not measured"))
                 continue
             s, lo, hi = slope_interval(*grid)
-            out.append(Result(e.check, e.what, name, e.slope, s, lo, hi, e.tol, decide(s, lo, hi, e.slope, e.tol)))
+            out.append(Result(e.check, e.what, name, e.slope, s, lo, hi, e.tol, decide(s, lo, hi, e.slope, e.tol, e.sided)))
     return out

@@ -67,12 +67,23 @@ def _layers(model: nn.Module) -> dict[str, nn.Module]:
     return {n: m for n, m in model.named_modules() if n and any(True for _ in m.parameters(recurse=False))}
 
 
+def _attention_logits(name: str, got: dict[str, torch.Tensor]):
+    """A hook on an attention's logits tap (called with q, k, mask, causal, scale): its logits q.k x scale (SDPA's
+    1/sqrt(head size) when the scale is None), recorded as `<attention>.logits`."""
+    def hook(_m, args, _out):
+        q, k, scale = args[0], args[1], args[4] if len(args) > 4 else None
+        s = scale if scale is not None else q.shape[-1] ** -0.5
+        got[name.rsplit(".", 1)[0] + ".logits"] = (q @ k.transpose(-2, -1) * s).detach().clone()
+    return hook
+
+
 def _outputs(model: nn.Module, task, batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Every layer's output and the logits, on `batch`, without gradients."""
+    """Every layer's output (and every attention's logits) and the model's logits, on `batch`, without gradients."""
     got: dict[str, torch.Tensor] = {}
     hooks = [m.register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out.detach().clone())
                                      if isinstance(out, torch.Tensor) else None)
              for n, m in _layers(model).items()]
+    hooks += [m.register_forward_hook(_attention_logits(n, got)) for n, m in model.named_modules() if n.endswith(".logits_tap")]
     try:
         with torch.no_grad():
             logits = task.forward(model, batch)
@@ -93,6 +104,8 @@ def _readout_mult(model: nn.Module, head_name: str, task, batch) -> float:
     weight = getattr(head, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
         return math.nan
+    if isinstance(head, nn.Embedding):  # a tied readout: the embedding is read by F.linear in the model's forward
+        return _tied_mult(model, head, task, batch)
     seen: dict[str, torch.Tensor] = {}
     pre = head.register_forward_pre_hook(lambda _m, args: seen.__setitem__("x", args[0].detach()), prepend=True)
     post = head.register_forward_hook(lambda _m, _i, out: seen.__setitem__("y", out.detach()))
@@ -115,7 +128,10 @@ def _tied_mult(model: nn.Module, head: nn.Module, task, batch) -> float:
     """A tied readout (the transformer's embedding, read by F.linear in the model's forward): the logits over the
     plain linear map of the decoder's final features (the module feeding it: `dec_norm`, else the last layer)."""
     feeder = getattr(model, "dec_norm", None)
-    if feeder is None:
+    blocks = getattr(model, "dec_blocks", None)
+    if feeder is None and isinstance(blocks, nn.ModuleList) and len(blocks):
+        feeder = blocks[-1]
+    if not isinstance(feeder, nn.Module):
         return math.nan
     seen: dict[str, torch.Tensor] = {}
     h = feeder.register_forward_hook(lambda _m, _i, out: seen.__setitem__("x", out.detach()))
