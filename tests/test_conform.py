@@ -95,12 +95,16 @@ def test_every_bug_that_applies_is_caught(case):
     assert not missed, missed
 
 
-def test_the_bug_classes_cover_the_issues_list():
-    assert len(BUGS) >= 10
-    covered = {b.name for b in BUGS}
-    for spec_text, form in ((MLP_MUP, "mup"),):
-        spec = loads_spec(spec_text, probe=True)
-        assert {b.name for b in BUGS if b.applies(spec)} <= covered
+def test_the_bug_classes_are_the_ten_the_field_ships_and_each_applies_somewhere():
+    assert [b.name for b in BUGS] == [
+        "readout multiplier missing", "attention 1/sqrt(d) under muP", "hidden Adam lr not scaled",
+        "embedding / norm / input lr scaled like hidden", "wrong base shapes", "readout init not scaled",
+        "Adam eps not scaled (CompleteP)", "depth branch multiplier missing", "Depth-muP lr rule missing",
+        "parametrization flag parsed, not applied"]
+    specs = [bench.case_spec(t, form, sizes, key) for _, t, form, sizes, key in bench.CASES]
+    assert all(any(b.applies(s) for s in specs) for b in BUGS)
+    assert not any(b.applies(loads_spec(MLP_MUP.replace("parametrization: mup", "parametrization: weight"), probe=True))
+                   for b in BUGS)  # nothing to break in SP
 
 
 @pytest.mark.slow
