@@ -10,10 +10,13 @@ check within 5 CPU-minutes.
 
     python benchmarks/bench_conform.py                 # the bug table and the 20 false-alarm runs (~6 min)
     python benchmarks/bench_conform.py --only bugs     # or: false-alarms
+    python benchmarks/bench_conform.py --write         # both, stored in docs/conform/*.csv and rendered into the
+                                                       # README's and docs/conform.md's table (a test keeps them equal)
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import resource
 import sys
 import time
@@ -66,8 +69,11 @@ CASES = [
     ("ResNet (conv), Depth-muP", RESNET, "depth_mup", [8, 14, 26, 50], "depth"),
     ("MLP ResNet, CompleteP", DEPTH_MLP, "completep", [2, 4, 8, 16], "depth"),
 ]
-# 20 correct implementations for the false alarms: every case, other seeds, other sizes
-OTHER_SIZES = {"width": [64, 128, 256, 512], "d_model": [32, 64, 128, 256], "depth": [3, 6, 12, 24]}
+# the 20 correct implementations of the false alarms: every case with its own sizes and other seeds, then every case
+# at other sizes (and other seeds), then the first two cases at other sizes again with other seeds
+OTHER_SIZES = {"MLP ResNet, muP": [64, 128, 256, 512], "ResNet (conv), muP": [8, 16, 32, 64],
+               "Transformer, muP": [32, 64, 128, 256], "MLP ResNet, Depth-muP": [3, 6, 12, 24],
+               "ResNet (conv), Depth-muP": [8, 20, 38, 74], "MLP ResNet, CompleteP": [3, 6, 12, 24]}
 
 
 def case_spec(template: str, form: str, sizes: list[int], key: str):
@@ -104,21 +110,82 @@ def false_alarms() -> list[tuple]:
     runs = []
     for i in range(20):
         label, template, form, sizes, key = CASES[i % len(CASES)]
-        if i >= len(CASES) and key in OTHER_SIZES and not (template is RESNET and key == "depth"):
-            sizes = OTHER_SIZES[key]
+        if i >= len(CASES):
+            sizes = OTHER_SIZES[label]
+        seed = 100 + 10 * i
         spec = case_spec(template, form, sizes, key)
-        v, failing, cpu = check(spec, form, first_seed=100 + 10 * i)
-        runs.append((label, sizes, 100 + 10 * i, v, ", ".join(failing) or "-", cpu))
-        print(f"correct #{i + 1:<3} {label:<26} sizes {sizes} seeds {100 + 10 * i}+: {v:<10} {cpu:5.1f} s  {', '.join(failing) or '-'}",
+        v, failing, cpu = check(spec, form, first_seed=seed)
+        runs.append((label, " ".join(map(str, sizes)), seed, v, ", ".join(failing) or "-", cpu))
+        print(f"correct #{i + 1:<3} {label:<26} sizes {sizes} seeds {seed}+: {v:<10} {cpu:5.1f} s  {', '.join(failing) or '-'}",
               flush=True)
     return runs
+
+
+STORE = ROOT / "docs" / "conform"
+BEGIN, END = "<!-- conform table: begin -->", "<!-- conform table: end -->"
+PAGES = (ROOT / "README.md", ROOT / "docs" / "conform.md")
+
+
+def store(rows: list[tuple], runs: list[tuple]) -> None:
+    STORE.mkdir(parents=True, exist_ok=True)
+    with open(STORE / "bugs.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["case", "bug", "verdict", "failing", "cpu_s"])
+        w.writerows([(*r[:4], f"{r[4]:.1f}") for r in rows])
+    with open(STORE / "false_alarms.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["case", "sizes", "first_seed", "verdict", "failing", "cpu_s"])
+        w.writerows([(*r[:5], f"{r[5]:.1f}") for r in runs])
+
+
+def render() -> str:
+    """The table of the stored results (docs/conform/bugs.csv, false_alarms.csv), as the README shows it."""
+    with open(STORE / "bugs.csv") as f:
+        bugs = list(csv.DictReader(f))
+    with open(STORE / "false_alarms.csv") as f:
+        runs = list(csv.DictReader(f))
+    lines = ["| bug class | cases caught | checks that failed |", "|---|---|---|"]
+    classes: dict[str, list[dict]] = {}
+    for r in bugs:
+        if not r["bug"].startswith("(none"):
+            classes.setdefault(r["bug"], []).append(r)
+    for name, rs in classes.items():
+        caught = sum(r["verdict"] == "fails" for r in rs)
+        checks = sorted({c.strip() for r in rs for c in r["failing"].split(",") if c.strip() not in ("", "-")})
+        lines.append(f"| {name} | {caught} of {len(rs)} ({', '.join(r['case'] for r in rs)}) | {', '.join(checks)} |")
+    detected = sum(all(r["verdict"] == "fails" for r in rs) for rs in classes.values())
+    correct = [r for r in bugs if r["bug"].startswith("(none")]
+    alarms = sum(r["verdict"] == "fails" for r in runs)
+    undecided = sum(r["verdict"] == "undecided" for r in runs)
+    cpu = max(float(r["cpu_s"]) for r in bugs + runs)
+    lines += ["", f"**{detected} of {len(classes)} bug classes caught** in every case they apply to (target 9 of 10); "
+              f"**{alarms} false alarm(s) in {len(runs)} correct implementations** (target at most 1; "
+              f"{len(runs) - alarms - undecided} conform, {undecided} undecided: no check failed, some inconclusive); "
+              "the shipped correct models: " + ", ".join(f"{r['case']} {r['verdict']}" for r in correct)
+              + f"; the dearest check {cpu:.0f} CPU-s (target 300). `python benchmarks/bench_conform.py --write`."]
+    return "\n".join(lines) + "\n"
+
+
+def write_pages() -> None:
+    block = render()
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        if BEGIN not in text or END not in text:
+            raise SystemExit(f"{page}: no {BEGIN} ... {END} markers")
+        head, rest = text.split(BEGIN, 1)
+        page.write_text(head + BEGIN + "\n" + block + END + rest.split(END, 1)[1], encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("bugs", "false-alarms"))
+    ap.add_argument("--write", action="store_true", help="store both (docs/conform/) and render the pages' tables")
     args = ap.parse_args(argv)
+    if args.write and args.only:
+        raise SystemExit("--write runs both parts")
     start = time.time()
+    rows: list[tuple] = []
+    runs: list[tuple] = []
     if args.only != "false-alarms":
         rows, by_class = bug_table()
         detected = [name for name, hits in by_class.items() if hits and all(hits)]
@@ -135,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nfalse alarms: {alarms} of {len(runs)} correct implementations (target <= 1); undecided {undecided}; "
               f"conforms {len(runs) - alarms - undecided}")
     print(f"wall {time.time() - start:.0f} s")
+    if args.write:
+        store(rows, runs)
+        write_pages()
+        print(render())
     return 0
 
 
