@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "nas_stab"
 
 # bottom to top: a unit may import units of its own layer or below (docs/architecture.md draws the same list)
 LAYERS = [
-    ("errors", "textfmt", "csvsafe", "gcsetup"),
+    ("errors", "textfmt", "csvsafe", "gcsetup", "safefiles"),
     ("registry", "metrics", "space"),
     ("config",),
     ("analysis", "data", "models", "stability"),

@@ -21,6 +21,7 @@ from nas_stab.csvsafe import escape_frame
 from nas_stab.errors import RunError
 from nas_stab.results.formats import to_csv
 from nas_stab.results.leaderboard import load_analysis
+from nas_stab.safefiles import check_regular
 from nas_stab.store.reader import read_run
 
 __all__ = ["judge_run", "claims_csv"]
@@ -34,7 +35,10 @@ def judge_run(run_dir: str | Path, claims_file: str | Path | None = None) -> pd.
         raise RunError(f"{path}: no claims file (declare the run's claims there: docs/leaderboard.md, Claims)")
     claims = load_claims(path)
     run = read_run(d)
-    files = {p.stem: pd.read_csv(p) for p in sorted(d.glob("*.csv")) if p.stem != "claims"}
+    tables = [p for p in sorted(d.glob("*.csv")) if p.stem != "claims"]
+    for p in tables:  # a link to /dev/zero, a FIFO: one line, never read
+        check_regular(p, "trials.csv" if p.name == "trials.csv" else "table")
+    files = {p.stem: pd.read_csv(p) for p in tables}
     if "leaderboard" not in files and any(c.kind == "transfer" and not c.runs for c in claims):
         files["leaderboard"] = pd.read_csv(io.StringIO(to_csv(load_analysis([d])[0])))
     st = settings(run.spec)

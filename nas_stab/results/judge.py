@@ -17,6 +17,7 @@ import pandas as pd
 from nas_stab.analysis.table import Analysis, TableSettings, analyze
 from nas_stab.analysis.values import number_or_text
 from nas_stab.errors import SpecError, SpecErrors
+from nas_stab.safefiles import check_regular
 from nas_stab.textfmt import did_you_mean
 
 __all__ = ["KINDS", "Sweep", "SweepColumns", "judge", "read_sweep", "sweep_frame"]
@@ -76,6 +77,7 @@ def read_sweep(path: str | None = None, *, mlflow_uri: str | None = None, experi
 
 
 def _read_file(p: Path) -> Sweep:
+    check_regular(p, "sweep")  # a link to /dev/zero, a FIFO: one line, never read
     if not p.is_file():
         raise SpecError(f"{p} not found" if not p.exists() else f"{p} is not a file", key="judge")
     try:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nas_stab.config.mode import search_mode
+from nas_stab.safefiles import check_regular
 
 if TYPE_CHECKING:
     from nas_stab.config.schema import Spec
@@ -185,6 +186,7 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 def read_decisions(run_dir: str | Path) -> Decisions | None:
     """The run directory's decisions folded (None: it has no decisions file)."""
     path = Path(run_dir) / DECISIONS
+    check_regular(path, "decisions.jsonl")
     if not path.is_file():
         return None
     return fold(read_events(path))

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from nas_stab import metrics
 from nas_stab.csvsafe import unescape_cell, unescape_frame
 from nas_stab.errors import RunError, SpecError
+from nas_stab.safefiles import check_regular
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd  # deferred: loads pandas only when this runs
@@ -92,6 +93,7 @@ class Run:
         import pandas as pd  # deferred: loads pandas only when this runs
 
         tpath = self.path / TRIALS_CSV
+        check_regular(tpath, "trials.csv")  # a link to /dev/zero, a FIFO: one line, never read
         if not tpath.is_file():
             raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
         try:
@@ -227,6 +229,7 @@ def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, 
     (for a command that builds paths from the rows: `nas-stab tensorboard`).
     """
     p = Path(run_dir) / TRIALS_CSV
+    check_regular(p, "trials.csv")
     if not p.exists():
         return []
     text = p.read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,84 @@
+"""Files that are not regular files where a run directory (or a sweep to judge) has one: a symbolic link to
+/dev/zero or /dev/urandom, a FIFO nobody writes to. Every command that reads them answers at once with one line
+naming the file and what it is (exit 2): none reads until memory runs out, none hangs (issue 50, item 1)."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+sys.path.insert(0, str(Path(__file__).parent / "data"))
+from lb_fixtures import grid_rows, make_run, spec_dict  # noqa: E402
+
+KINDS = ("zero", "urandom", "fifo")
+
+
+def _hostile(path: Path, kind: str) -> None:
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(f"/dev/{kind}")
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    t = {(lab, s, lr): [0.9 - abs(lr - 0.2) - 0.01 * k for k in range(3)]
+         for lab in ("sum", "stam") for s in (1, 2, 4) for lr in (0.1, 0.2, 0.4)}
+    return make_run(tmp_path, grid_rows(t), spec=spec_dict("hostile", seeds=[0, 1, 2]))
+
+
+def _one_line_refusal(r, path: Path) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert str(path) in lines[0] and "not a regular file" in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("command", ["status", "tensorboard", "leaderboard", "claims"])
+def test_a_trials_file_that_is_not_a_file_is_refused_at_once(run_dir, kind, command):
+    if command == "claims":
+        (run_dir / "claims.yaml").write_text(
+            "claims:\n  - {id: c, paper: P, says: s, kind: difference, a: {model.aggregation: stam}, b: {model.aggregation: sum}, "
+            "effect: 0.01}\n")
+    trials = run_dir / "trials.csv"
+    _hostile(trials, kind)
+    r = run_cli(command, run_dir, timeout=60)
+    line = _one_line_refusal(r, trials)
+    assert ("a symbolic link to /dev/" in line) == (kind != "fifo")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_decisions_file_that_is_not_a_file_is_refused(run_dir, kind):
+    decisions = run_dir / "decisions.jsonl"
+    _hostile(decisions, kind)
+    from nas_stab.errors import RunError
+    from nas_stab.store.decisions import read_decisions
+
+    with pytest.raises(RunError, match="not a regular file"):
+        read_decisions(run_dir)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_judge_refuses_a_sweep_that_is_not_a_file(tmp_path, kind):
+    sweep = tmp_path / "sweep.csv"
+    _hostile(sweep, kind)
+    r = run_cli("judge", sweep, "--lr", "lr", "--metric", "val_acc", "--size", "width", timeout=60)
+    _one_line_refusal(r, sweep)
+
+
+def test_an_oversized_file_is_refused_with_its_cap(tmp_path, monkeypatch):
+    from nas_stab import safefiles
+    from nas_stab.errors import RunError
+
+    f = tmp_path / "trials.csv"
+    f.write_text("x" * 2000)
+    monkeypatch.setitem(safefiles.CAPS, "trials.csv", 1000)
+    with pytest.raises(RunError, match="2,000 bytes, over the 1,000-byte cap of a trials.csv file"):
+        safefiles.check_regular(f, "trials.csv")
+    safefiles.check_regular(tmp_path / "missing.csv", "trials.csv")  # its reader says it is missing
