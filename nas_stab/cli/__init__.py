@@ -106,17 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     pr.set_defaults(func=cmd_probe)
 
-    cf = sub.add_parser("conform", help="check that the spec's model implements the parametrization it claims (slopes "
-                        "over its width or depth, with intervals); exit 0 conforms, 1 a check fails, 3 undecided")
-    cf.add_argument("spec")
-    cf.add_argument("--expect", required=True, choices=("sp", "mup", "depth_mup", "completep", "umup"),
-                    help="the parametrization the model should implement")
-    cf.add_argument("--steps", type=int, default=1, help="optimizer steps before the update is measured (default 1)")
-    cf.add_argument("--seeds", type=int, default=8, help="models per size (default 8)")
-    cf.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>.conform-<expect>/")
-    cf.add_argument("--no-plots", action="store_true", help="write the CSVs only")
-    cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    cf.set_defaults(func=cmd_conform)
+    _add_conform(sub)
 
     lb = sub.add_parser("leaderboard", help="build the LR-transfer leaderboard from one or more runs")
     lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -167,6 +157,21 @@ def _parser() -> argparse.ArgumentParser:
                     help="only nas_stab's own components (default: the installed plugins' datasets and their options too)")
     sc.set_defaults(func=cmd_schema)
     return p
+
+def _add_conform(sub: argparse._SubParsersAction) -> None:
+    """nas-stab conform: does the spec's model implement the parametrization it claims (docs/conform.md)."""
+    cf = sub.add_parser("conform", help="check that the spec's model implements the parametrization it claims (slopes "
+                        "over its width or depth, with intervals); exit 0 conforms, 1 a check fails, 3 undecided")
+    cf.add_argument("spec")
+    cf.add_argument("--expect", required=True, choices=("sp", "mup", "depth_mup", "completep", "umup"),
+                    help="the parametrization the model should implement")
+    cf.add_argument("--steps", type=int, default=1, help="optimizer steps before the update is measured (default 1)")
+    cf.add_argument("--seeds", type=int, default=8, help="models per size (default 8)")
+    cf.add_argument("--out", default="runs", help="output root (default: runs); writes OUT/<name>.conform-<expect>/")
+    cf.add_argument("--no-plots", action="store_true", help="write the CSVs only")
+    cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    cf.set_defaults(func=cmd_conform)
+
 
 def _add_judge(sub: argparse._SubParsersAction) -> None:
     """`nas-stab judge`: its sweep (a file, an MLflow experiment, an Optuna study), its columns and settings."""

@@ -182,7 +182,7 @@ def write_outputs(out: Path, axes_: list[Axis]) -> list[Path]:
     written = write_csvs(out, axes_)
     from nas_stab.conform.plots import coord_plot  # deferred: loads matplotlib only when this runs
 
-    return written + [coord_plot(a, out / f"coord_{a.name}.png") for a in axes_]
+    return written + [coord_plot(a.points, a.name, a.key, out / f"coord_{a.name}.png") for a in axes_]
 
 
 def write_csvs(out: Path, axes_: list[Axis]) -> list[Path]:
