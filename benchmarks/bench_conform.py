@@ -152,7 +152,7 @@ def render() -> str:
     for name, rs in classes.items():
         caught = sum(r["verdict"] == "fails" for r in rs)
         checks = sorted({c.strip() for r in rs for c in r["failing"].split(",") if c.strip() not in ("", "-")})
-        lines.append(f"| {name} | {caught} of {len(rs)} ({', '.join(r['case'] for r in rs)}) | {', '.join(checks)} |")
+        lines.append(f"| {name} | {caught} of {len(rs)} ({'; '.join(r['case'] for r in rs)}) | {', '.join(checks)} |")
     detected = sum(all(r["verdict"] == "fails" for r in rs) for rs in classes.values())
     correct = [r for r in bugs if r["bug"].startswith("(none")]
     alarms = sum(r["verdict"] == "fails" for r in runs)
@@ -161,7 +161,7 @@ def render() -> str:
     lines += ["", f"**{detected} of {len(classes)} bug classes caught** in every case they apply to (target 9 of 10); "
               f"**{alarms} false alarm(s) in {len(runs)} correct implementations** (target at most 1; "
               f"{len(runs) - alarms - undecided} conform, {undecided} undecided: no check failed, some inconclusive); "
-              "the shipped correct models: " + ", ".join(f"{r['case']} {r['verdict']}" for r in correct)
+              "the shipped correct models: " + "; ".join(f"{r['case']} {r['verdict']}" for r in correct)
               + f"; the dearest check {cpu:.0f} CPU-s (target 300). `python benchmarks/bench_conform.py --write`."]
     return "\n".join(lines) + "\n"
 
