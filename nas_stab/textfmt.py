@@ -42,3 +42,12 @@ def duration(seconds: float, *, clock: bool = False, exact: bool = False) -> str
     if seconds < 7200:
         return f"{seconds / 60:.1f} min{tail}"
     return f"{seconds / 3600:.2f} h{tail}" if exact else f"{seconds / 3600:.1f} h"
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
+
+
+def printable(text: object) -> str:
+    """`text` for a terminal: control characters (escape sequences, bells, carriage returns; not tab or newline)
+    written as \\xNN, so a user's text cannot move the cursor, recolour or rewrite what the terminal shows."""
+    return str(text).translate(_CONTROL)

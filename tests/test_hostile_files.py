@@ -82,3 +82,39 @@ def test_an_oversized_file_is_refused_with_its_cap(tmp_path, monkeypatch):
     with pytest.raises(RunError, match="2,000 bytes, over the 1,000-byte cap of a trials.csv file"):
         safefiles.check_regular(f, "trials.csv")
     safefiles.check_regular(tmp_path / "missing.csv", "trials.csv")  # its reader says it is missing
+
+
+CLAIM = ("claims:\n  - {{id: {id}, paper: P, says: s, kind: difference, a: {{model.aggregation: stam}}, "
+         "b: {{model.aggregation: sum}}, effect: {effect}}}\n")
+
+
+@pytest.mark.parametrize("effect, where", [(".inf", "got inf"), (".nan", "got nan"), ("123456789012345678901234567890", "at most 1e+09"),
+                                           ("-0.01", "a number > 0")])
+def test_claims_refuses_an_effect_no_metric_has(run_dir, effect, where):
+    (run_dir / "claims.yaml").write_text(CLAIM.format(id="c", effect=effect))
+    r = run_cli("claims", run_dir, timeout=60)
+    assert r.returncode == 2 and where in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage, where", [("empty", "empty file, not a CSV table"), ("garbage", "not a readable CSV table")])
+def test_claims_refuses_a_trials_file_that_is_not_a_table_in_one_line(run_dir, damage, where):
+    (run_dir / "claims.yaml").write_text(CLAIM.format(id="c", effect=0.01))
+    (run_dir / "trials.csv").write_bytes(b"" if damage == "empty" else bytes(range(256)) * 8)
+    (run_dir / "unused.csv").write_bytes(bytes(range(256)) * 8)  # a file no claim reads is not read
+    r = run_cli("claims", run_dir, timeout=60)
+    assert r.returncode == 2 and where in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_claims_output_that_cannot_be_a_file_is_an_error_and_a_claims_text_cannot_drive_the_terminal(run_dir, tmp_path):
+    (run_dir / "claims.yaml").write_text(CLAIM.format(id='"c\\e[31mRED\\e[0m"', effect=0.01))
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    for out in (fifo, tmp_path):  # a FIFO (as /dev/full would be: never renamed over), a directory
+        r = run_cli("claims", run_dir, "--out", out, timeout=60)
+        assert r.returncode == 2 and "nas_stab writes only regular files" in r.stderr, r.stderr
+    assert fifo.exists() and not fifo.is_file()  # left as it was
+    r = run_cli("claims", run_dir, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "c\\x1b[31mRED\\x1b[0m: " in r.stdout, r.stdout

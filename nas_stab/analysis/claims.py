@@ -48,6 +48,7 @@ The sd of a pilot is itself an estimate: "needs N seeds" is a plan for the next 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -88,6 +89,9 @@ class Claim:
 
 _REQUIRED = ("id", "paper", "says", "kind")
 _NUMBERS = ("effect", "margin", "expect", "at_most", "at_least")
+
+
+MAX_NUMBER = 1e9  # an effect, margin or bound beyond this is no metric's (the schema's bound on a number, too)
 
 
 def load_claims(path: str | Path) -> list[Claim]:
@@ -136,6 +140,8 @@ def _claim(item: Any, at: tuple, file: str, lines: Lines, errors: list[SpecError
     for k in _NUMBERS:
         if item.get(k) is not None and (isinstance(item[k], bool) or not isinstance(item[k], (int, float))):
             err(f"must be a number, got {item[k]!r}", k)
+        elif item.get(k) is not None and not (math.isfinite(item[k]) and abs(item[k]) <= MAX_NUMBER):
+            err(f"must be a finite number of at most {MAX_NUMBER:g} in size, got {item[k]!r}", k)
     if item.get("predicts") is not None and (item.get("kind") != "transfer" or item["predicts"] not in ("yes", "no")):
         err("a transfer claim's predicted verdict: yes or no", "predicts")
     if item.get("seeds") is not None and (isinstance(item["seeds"], bool) or not isinstance(item["seeds"], int) or item["seeds"] < 1):
@@ -187,4 +193,4 @@ def _kind_rules(item: Mapping[str, Any], err: Callable[[str, str], None]) -> Non
 
 
 def _positive(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= MAX_NUMBER

@@ -21,7 +21,7 @@ from nas_stab.search.plan import base_lookup
 from nas_stab.search.ray.cluster import check_reachable
 from nas_stab.store.atomic import atomic_write
 from nas_stab.store.reader import read_run
-from nas_stab.textfmt import did_you_mean
+from nas_stab.textfmt import did_you_mean, printable
 from nas_stab.trackers.tensorboard import rebuild
 
 if typing.TYPE_CHECKING:
@@ -315,9 +315,9 @@ def cmd_claims(args) -> int:
     df = judge_run(Path(args.run_dir), args.claims)
     out = Path(args.out) if args.out else Path(args.run_dir) / "claims.csv"
     atomic_write(out, claims_csv(df))
-    for r in df.to_dict("records"):
-        print(f"{r['id']}: {r['verdict']} ({int(r['seeds'])} seeds run, {int(r['needed'])} needed; "
-              f"{r['estimate']:+.4g}, 90% {r['lo']:+.4g} to {r['hi']:+.4g}; {r['criterion']})")
+    for r in df.to_dict("records"):  # a claim's text is the user's: no terminal control sequence reaches the terminal
+        print(printable(f"{r['id']}: {r['verdict']} ({int(r['seeds'])} seeds run, {int(r['needed'])} needed; "
+                        f"{r['estimate']:+.4g}, 90% {r['lo']:+.4g} to {r['hi']:+.4g}; {r['criterion']})"))
     print(f"claims_csv: {out}")
     return 0
 

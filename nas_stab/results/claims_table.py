@@ -35,14 +35,27 @@ def judge_run(run_dir: str | Path, claims_file: str | Path | None = None) -> pd.
         raise RunError(f"{path}: no claims file (declare the run's claims there: docs/leaderboard.md, Claims)")
     claims = load_claims(path)
     run = read_run(d)
-    tables = [p for p in sorted(d.glob("*.csv")) if p.stem != "claims"]
-    for p in tables:  # a link to /dev/zero, a FIFO: one line, never read
-        check_regular(p, "trials.csv" if p.name == "trials.csv" else "table")
-    files = {p.stem: pd.read_csv(p) for p in tables}
+    default = {"transfer": ("leaderboard",), "slope": ("probe_slopes",)}
+    named = {n for c in claims for n in (c.runs or default.get(c.kind, ("trials",)))}
+    files = {n: _table(d / f"{n}.csv") for n in sorted(named) if (d / f"{n}.csv").exists()}  # only what a claim reads
     if "leaderboard" not in files and any(c.kind == "transfer" and not c.runs for c in claims):
         files["leaderboard"] = pd.read_csv(io.StringIO(to_csv(load_analysis([d])[0])))
     st = settings(run.spec)
     return evaluate(claims, files, metric=st.metric, lr_key=st.lr, classes=st.classes, base=run.spec.raw)
+
+
+def _table(path: Path) -> pd.DataFrame:
+    """A run file a claim reads: a regular file (not a link to /dev/zero, a FIFO) that is a CSV table; else one
+    line naming it."""
+    check_regular(path, "trials.csv" if path.name == "trials.csv" else "table")
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise RunError(f"{path}: empty file, not a CSV table") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise RunError(f"{path}: not a readable CSV table ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    except OSError as e:
+        raise RunError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 def claims_csv(df: pd.DataFrame) -> str:

@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from nas_stab.errors import RunError
+
 __all__ = ["atomic_write", "remove_stale_tmp"]
 
 
@@ -17,6 +19,9 @@ def atomic_write(path: Path, data: str | bytes) -> Path:
     """Write then rename: a reader never sees a half-written file. The file gets
     the usual permissions (0666 minus the umask), not mkstemp's private 0600."""
     path = Path(path)
+    if path.exists() and not path.is_file() or path.is_symlink() and not path.exists():
+        what = "a directory" if path.is_dir() else "not a regular file (a device, a FIFO, a socket or a dangling link)"
+        raise RunError(f"{path}: is {what}; nas_stab writes only regular files (renaming over it would replace it)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")  # pid: `remove_stale_tmp`
     try:
