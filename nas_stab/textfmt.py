@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -51,3 +52,25 @@ def printable(text: object) -> str:
     """`text` for a terminal: control characters (escape sequences, bells, carriage returns; not tab or newline)
     written as \\xNN, so a user's text cannot move the cursor, recolour or rewrite what the terminal shows."""
     return str(text).translate(_CONTROL)
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s'\"]*):(?P<secret>[^@/\s'\"]+)@")
+_QUERY = re.compile(r"(?i)(?P<key>[?&;](?:password|passwd|pwd|token|access_token|api_key|apikey|secret|sig)=)(?P<secret>[^&;\s'\"]+)")
+
+
+def mask_secrets(text: object) -> str:
+    """`text` with every password of a URL's user info (``scheme://user:***@host``) and every password, token or key
+    of a URL's query (``?token=***``) masked: for a message, a log line, a stored spec, a provenance."""
+    out = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
+    return _QUERY.sub(lambda m: f"{m['key']}***", out)
+
+
+def mask_plain(value: object) -> object:
+    """`mask_secrets` over every text of a nested plain value (a spec as stored in spec.yaml)."""
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, dict):
+        return {k: mask_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(mask_plain(v) for v in value)
+    return value

@@ -26,7 +26,7 @@ from nas_stab.cli.commands import (
     cmd_validate,
 )
 from nas_stab.errors import NasStabError, SpecErrors, Terminated, clear_termination, request_termination
-from nas_stab.textfmt import printable
+from nas_stab.textfmt import mask_secrets, printable
 
 
 def _quiet_dropped_sigterm(unraisable) -> None:
@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or 0
     except SpecErrors as e:
         for line in e.lines():
-            print(f"error: {printable(line)}", file=sys.stderr)
+            print(f"error: {printable(mask_secrets(line))}", file=sys.stderr)
         return e.exit_code
     except NasStabError as e:
-        print(f"error: {printable(e)}", file=sys.stderr)
+        print(f"error: {printable(mask_secrets(e))}", file=sys.stderr)
         return e.exit_code
     except Terminated:
         print("terminated (SIGTERM): runs in progress were closed as interrupted; rerun the same command to resume",
@@ -68,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as e:  # a full disk, a read-only or unusable --out: one line, never a traceback
         where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {printable(where)}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
+        print(f"error: {printable(mask_secrets(where))}{e.strerror or e}; nothing finished was lost, rerun the same command to resume", file=sys.stderr)
         return 2
     except Exception as e:
         optuna = sys.modules.get("optuna")
         if optuna is None or not isinstance(e, optuna.exceptions.StorageInternalError):
             raise
         # the study's database refused a write (a full disk under study.db, a lost connection): one line
-        why = " ".join(str(e.__cause__ or e).split("\n")[0].split())
+        why = mask_secrets(" ".join(str(e.__cause__ or e).split("\n")[0].split()))
         print(f"error: the Optuna storage failed to record ({why}); nothing finished was lost, rerun the same command "
               "to resume", file=sys.stderr)
         return 2

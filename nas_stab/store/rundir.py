@@ -38,6 +38,7 @@ from nas_stab.errors import RunError
 from nas_stab.store.atomic import atomic_write
 from nas_stab.store.reader import HISTORY, SPEC_YAML, TRIALS_CSV, read_rows, stored_spec
 from nas_stab.store.rundir_meta import git_commit, invocation, meta_for, spec_changes
+from nas_stab.textfmt import mask_plain, mask_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -242,7 +243,10 @@ class RunDir:
 
     @staticmethod
     def spec_plain(spec: Spec) -> dict:
-        return applicable_plain(spec)  # the keys that apply; reloading it gives the same spec and hash
+        """The keys that apply, with every password or token of a storage or tracking URL masked (a run directory
+        is shared and published: give credentials by the environment, docs/run-directory.md); reloading it gives
+        the same spec and hash unless a secret was masked (the run's hash is the stored meta's)."""
+        return mask_plain(applicable_plain(spec))  # type: ignore[return-value]  # a dict stays a dict
 
     @classmethod
     @contextlib.contextmanager
@@ -297,7 +301,7 @@ class RunDir:
     def log(self, message: str) -> None:
         stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
         if self._lock is not None:
-            self._lock.write(f"{stamp} {message}\n")
+            self._lock.write(f"{stamp} {mask_secrets(message)}\n")
             self._lock.flush()
 
     @property

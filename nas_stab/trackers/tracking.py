@@ -51,6 +51,7 @@ from typing import Any
 from nas_stab.config import hooks
 from nas_stab.config.schema import Spec
 from nas_stab.store.reader import read_rows
+from nas_stab.textfmt import mask_secrets
 from nas_stab.trackers.tracking_mlflow import MlflowTracker
 from nas_stab.trackers.tracking_records import Experiment, backends, experiment, record
 from nas_stab.trackers.tracking_wandb import WandbTracker
@@ -139,7 +140,7 @@ class Tracking:
                 for name, tracker in self.trackers.items() if name not in self.off]
 
     def _failed(self, tracker, what: str, e: Exception) -> None:
-        why = " ".join(str(e).split())[:300] or "no message"
+        why = mask_secrets(" ".join(str(e).split()))[:300] or "no message"  # a server's error may quote the URI
         then = ("nas-stab leaderboard RUN_DIR (or the next nas-stab run) logs what is missing" if self._ending else
                 "the search goes on, and the end of nas-stab run or nas-stab leaderboard RUN_DIR logs what is missing")
         line = f"{tracker.name}: could not log {what} to {tracker.where()} ({type(e).__name__}: {why}); {then}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -20,6 +21,9 @@ __all__ = ["MlflowTracker"]
 def _text(v: Any) -> str:
     """A configuration value as a param's text: strings as they are, anything else as JSON."""
     return v if isinstance(v, str) else json.dumps(v)
+
+
+HTTP_TIMEOUT_S = 10
 
 
 def _public_uri(uri: str) -> str:
@@ -69,6 +73,10 @@ class MlflowTracker:
     def _open(self):
         """The client and the experiment (created, or restored when deleted), once."""
         if self._client is None:
+            # a server that does not answer costs one short timeout, not MLflow's default retries with backoff (the
+            # backend is then left alone until the end of the search, which tries once more)
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
             from mlflow.tracking import MlflowClient  # deferred: loads MLflow only when this runs
 
             with _quiet("mlflow", "alembic"):
