@@ -59,6 +59,20 @@ class RunError(NasStabError):
     exit_code = 2
 
 
+class RunErrors(RunError):
+    """Several problems of one run directory's records, reported together (one line each); behaves as its first."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__(self.problems[0])
+
+    def lines(self) -> list[str]:
+        return list(self.problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: runs in progress are closed as interrupted and the
     records written so far stay; the same command resumes. Exit code 143 (128 + 15)."""

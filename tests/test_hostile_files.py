@@ -97,7 +97,7 @@ def test_claims_refuses_an_effect_no_metric_has(run_dir, effect, where):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("damage, where", [("empty", "empty file, not a CSV table"), ("garbage", "not a readable CSV table")])
+@pytest.mark.parametrize("damage, where", [("empty", "empty file; no trial has been recorded"), ("garbage", "not a readable CSV table")])
 def test_claims_refuses_a_trials_file_that_is_not_a_table_in_one_line(run_dir, damage, where):
     (run_dir / "claims.yaml").write_text(CLAIM.format(id="c", effect=0.01))
     (run_dir / "trials.csv").write_bytes(b"" if damage == "empty" else bytes(range(256)) * 8)
@@ -118,3 +118,50 @@ def test_claims_output_that_cannot_be_a_file_is_an_error_and_a_claims_text_canno
     r = run_cli("claims", run_dir, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stdout and "c\\x1b[31mRED\\x1b[0m: " in r.stdout, r.stdout
+
+
+def _edit_trials(run_dir: Path, edit) -> None:
+    import csv
+
+    rows = list(csv.DictReader((run_dir / "trials.csv").open()))
+    edit(rows)
+    with (run_dir / "trials.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "claims", "status"])
+def test_records_that_cannot_be_right_are_refused_all_at_once(run_dir, command):
+    """An lr of 0, an lr of inf, a size of 0 and a run id that climbs out of history/: one line each, every one in
+    one run, exit 2 (issue 50, item 5)."""
+    (run_dir / "claims.yaml").write_text(CLAIM.format(id="c", effect=0.01))
+
+    def edit(rows):
+        rows[0]["train.lr"] = "0"
+        rows[3]["train.lr"] = "inf"
+        rows[5]["model.branches"] = "0"
+        rows[7]["run_id"] = "../../etc"
+
+    _edit_trials(run_dir, edit)
+    r = run_cli(command, run_dir, timeout=120)
+    if command == "status":  # status counts what ran and reads no verdict from the values: it still answers
+        assert r.returncode == 0, r.stderr
+        return
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    text = "\n".join(lines)
+    for want in ("line 2: train.lr: 0.0 is not a finite number > 0 (also line 5: 1 more)",
+                 "line 7: model.branches: 0 is not a finite number > 0", "line 9: run_id: '../../etc' is not t<trial>-s<seed>"):
+        assert want in text, text
+    assert len(lines) == 3, text
+
+
+def test_a_spec_that_searches_a_key_its_records_lack_is_refused(run_dir):
+    import yaml
+
+    data = yaml.safe_load((run_dir / "spec.yaml").read_text())
+    data["space"]["model.depth"] = [2, 3]
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    r = run_cli("leaderboard", run_dir, timeout=120)
+    assert r.returncode == 2 and "no column 'model.depth'" in r.stderr, r.stderr

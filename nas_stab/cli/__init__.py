@@ -25,7 +25,7 @@ from nas_stab.cli.commands import (
     cmd_upgrade,
     cmd_validate,
 )
-from nas_stab.errors import NasStabError, SpecErrors, Terminated, clear_termination, request_termination
+from nas_stab.errors import NasStabError, RunErrors, SpecErrors, Terminated, clear_termination, request_termination
 from nas_stab.textfmt import mask_secrets, printable
 
 
@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args) or 0
     except SpecErrors as e:
+        for line in e.lines():
+            print(f"error: {printable(mask_secrets(line))}", file=sys.stderr)
+        return e.exit_code
+    except RunErrors as e:
         for line in e.lines():
             print(f"error: {printable(mask_secrets(line))}", file=sys.stderr)
         return e.exit_code

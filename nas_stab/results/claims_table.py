@@ -37,7 +37,10 @@ def judge_run(run_dir: str | Path, claims_file: str | Path | None = None) -> pd.
     run = read_run(d)
     default = {"transfer": ("leaderboard",), "slope": ("probe_slopes",)}
     named = {n for c in claims for n in (c.runs or default.get(c.kind, ("trials",)))}
-    files = {n: _table(d / f"{n}.csv") for n in sorted(named) if (d / f"{n}.csv").exists()}  # only what a claim reads
+    files = {n: _table(d / f"{n}.csv") for n in sorted(named - {"trials"}) if (d / f"{n}.csv").exists()}  # only what a claim reads
+    if "trials" in named:
+        check_regular(d / "trials.csv", "trials.csv")
+        files["trials"] = run.trials  # checked to the value (store.reader.check_trials), every problem at once
     if "leaderboard" not in files and any(c.kind == "transfer" and not c.runs for c in claims):
         files["leaderboard"] = pd.read_csv(io.StringIO(to_csv(load_analysis([d])[0])))
     st = settings(run.spec)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from nas_stab import metrics
 from nas_stab.csvsafe import unescape_cell, unescape_frame
-from nas_stab.errors import RunError, SpecError
+from nas_stab.errors import RunError, RunErrors, SpecError
 from nas_stab.safefiles import check_regular
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,36 +120,52 @@ class Run:
 
 
 def check_trials(trials: pd.DataFrame, spec: Spec, tpath: Path) -> None:
-    """trials.csv as the driver writes it, or an error naming the file, the line and the column: the
-    columns `seed`, `status` and the searched learning rate and size axis (leaderboard.lr, leaderboard.transfer) present, each status a known one, seeds whole
-    numbers, and numbers where numbers belong (the objective, every metric, numeric searched keys).
+    """trials.csv as the driver writes it, or every problem at once, each naming the file, the line and the column:
+    a column per searched key (a spec.yaml that searches a key its records lack disagrees with them), `seed` and `status`, each
+    status a known one, seeds whole numbers, numbers where numbers belong (the objective, every metric, numeric
+    searched keys), the learning rate and a numeric size a finite number > 0, every run id ``t<trial>-s<seed>``.
     A table built from anything else would give a confident verdict about data that means nothing.
 
     Raises:
-        RunError: the first problem met, ``<file>: line <n>: <column>: ...`` (line 1 is the header).
+        RunErrors: one line per problem, ``<file>: line <n>: <column>: ...`` (line 1 is the header).
     """
+    problems = _column_problems(trials, spec, tpath)
+    if problems:  # the cell checks below read these columns
+        raise RunErrors(problems)
+    problems += _cell_problems(trials, spec, tpath)
+    if problems:
+        raise RunErrors(problems)
+
+
+def _column_problems(trials: pd.DataFrame, spec: Spec, tpath: Path) -> list[str]:
+    searched = list(spec.space.keys)
+    out = [f"{tpath}: no column {c!r} (every run records its seed, status and searched keys)"
+           for c in ("seed", "status", *searched) if c not in trials.columns]
+    return out
+
+
+def _cell_problems(trials: pd.DataFrame, spec: Spec, tpath: Path) -> list[str]:
     import pandas as pd  # deferred: loads pandas only when this runs
-
-    lb = spec.leaderboard
-    need = ["seed", "status", *[k for k in (lb.lr, lb.transfer) if k and spec.space.get(k) is not None]]
-    missing = [c for c in need if c not in trials.columns]
-    if missing:
-        raise RunError(f"{tpath}: no column {missing[0]!r} (every run records its seed, status and searched keys)")
-
-    def line(mask: pd.Series) -> int:
-        return int(mask.to_numpy().nonzero()[0][0]) + 2
 
     def cell(v: Any) -> str:
         return "an empty cell" if pd.isna(v) else repr(v.item() if hasattr(v, "item") else v)
 
-    status = trials["status"]
-    bad = ~status.isin(metrics.STATUSES)
-    if bad.any():
-        raise RunError(f"{tpath}: line {line(bad)}: status: {cell(status[bad].iloc[0])} is not one of "
-                       f"{', '.join(metrics.STATUSES)}")
+    out: list[str] = []
+
+    def report(bad: pd.Series, col: str, what: str) -> None:
+        """One line per column and problem: its first bad cell, and the lines of the others (the first MAX_LINES)."""
+        rows = bad.to_numpy().nonzero()[0]
+        if not len(rows):
+            return
+        more = ", ".join(str(i + 2) for i in rows[1:MAX_LINES + 1]) + (", ..." if len(rows) > MAX_LINES + 1 else "")
+        out.append(f"{tpath}: line {rows[0] + 2}: {col}: {cell(trials[col].iloc[rows[0]])} {what}"
+                   + (f" (also line{'s' if len(rows) > 2 else ''} {more}: {len(rows) - 1} more)" if len(rows) > 1 else ""))
+
+    report(~trials["status"].isin(metrics.STATUSES), "status", f"is not one of {', '.join(metrics.STATUSES)}")
     numeric = ["seed", "objective", *[c for c in trials.columns if c in metrics.OBJECTIVES]]
     numeric += [d.key for d in spec.space if not d.discrete or d.kind == "int"
                 or all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in d.values)]
+    positive = {k for k in (spec.leaderboard.lr, spec.leaderboard.transfer) if k}
     for col in dict.fromkeys(c for c in numeric if c in trials.columns):
         cells = trials[col]
         num = pd.to_numeric(cells, errors="coerce")
@@ -157,8 +173,17 @@ def check_trials(trials: pd.DataFrame, spec: Spec, tpath: Path) -> None:
         if col == "seed":
             bad |= cells.isna() | (num.notna() & (num % 1 != 0))
         if bad.any():
-            what = "a whole number" if col == "seed" else "a number"
-            raise RunError(f"{tpath}: line {line(bad)}: {col}: {cell(cells[bad].iloc[0])} is not {what}")
+            report(bad, col, f"is not {'a whole number' if col == 'seed' else 'a number'}")
+        elif col in positive:
+            report(num.notna() & ~((num > 0) & (num < float("inf"))), col, "is not a finite number > 0")
+    if "run_id" in trials.columns:
+        ids = trials["run_id"]
+        report(ids.notna() & ~ids.map(lambda v: is_run_id(v) if isinstance(v, str) else False), "run_id",
+               "is not t<trial>-s<seed> (a run id names its history file)")
+    return out
+
+
+MAX_LINES = 10  # the other bad lines of a column named in its one line
 
 
 def read_run(run_dir: str | Path) -> Run:
