@@ -15,7 +15,7 @@ LAYERS = [
     ("errors", "textfmt", "csvsafe", "gcsetup", "safefiles"),
     ("registry", "metrics", "space"),
     ("config",),
-    ("analysis", "data", "models", "stability"),
+    ("analysis", "data", "models", "stability", "bench"),
     ("tasks",),
     ("training",),
     ("store",),

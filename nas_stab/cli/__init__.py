@@ -12,6 +12,7 @@ import sys
 
 from nas_stab import __version__
 from nas_stab.cli.commands import (
+    cmd_bench,
     cmd_claims,
     cmd_conform,
     cmd_judge,
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_probe)
 
     _add_conform(sub)
+    _add_bench(sub)
 
     lb = sub.add_parser("leaderboard", help="build the LR-transfer leaderboard from one or more runs")
     lb.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -176,6 +178,16 @@ def _add_conform(sub: argparse._SubParsersAction) -> None:
     cf.add_argument("--no-plots", action="store_true", help="write the CSVs only")
     cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     cf.set_defaults(func=cmd_conform)
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    """nas-stab bench: the published runs as a dataset (nas_stab.bench; docs/bench.md)."""
+    b = sub.add_parser("bench", help="the published runs as a dataset: tables, query KEY=VALUE ..., verify, fields")
+    b.add_argument("what", choices=("tables", "query", "verify", "fields"))
+    b.add_argument("filters", nargs="*", metavar="KEY=VALUE", help="query: a field and its value (model.width=128 table=pathbn)")
+    b.add_argument("--columns", help="query: the fields to print, comma-separated (default: a short set)")
+    b.add_argument("--format", choices=("table", "csv"), default="table", help="query: a readable table or CSV for a pipe")
+    b.set_defaults(func=cmd_bench)
 
 
 def _add_judge(sub: argparse._SubParsersAction) -> None:

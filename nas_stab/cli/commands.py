@@ -203,6 +203,43 @@ def cmd_conform(args) -> int:
     return EXIT[verdict(found)]
 
 
+BENCH_COLUMNS = ("table", "file", "seed", "status", "train.lr", "objective", "run_id")
+
+
+def cmd_bench(args) -> int:
+    from nas_stab import bench  # deferred: loads pandas only when this runs
+    from nas_stab.analysis.values import number_or_text  # deferred: loads pandas, NumPy only when this runs
+
+    if args.what == "verify":
+        files = bench.verify()
+        m = bench.manifest()
+        print(f"release {m['release']} (schema {m['schema_version']}): {', '.join(files)} match the manifest; "
+              f"{m['rows']['runs.parquet']} runs")
+        return 0
+    if args.what == "tables":
+        print(bench.tables().to_string(index=False))
+        return 0
+    if args.what == "fields":
+        print("\n".join(bench.load().columns))
+        return 0
+    bad = [f for f in args.filters if "=" not in f]
+    if bad:
+        raise SpecError(f"expected KEY=VALUE, got {' '.join(bad)}", key="bench query")
+    filters = {k: number_or_text(v) for k, v in (f.split("=", 1) for f in args.filters)}
+    found = bench.query(**filters)
+    cols = [c.strip() for c in args.columns.split(",")] if args.columns else \
+        [c for c in dict.fromkeys([*BENCH_COLUMNS[:2], *filters, *BENCH_COLUMNS[2:]]) if c in found.columns]
+    missing = [c for c in cols if c not in found.columns]
+    if missing:
+        raise SpecError(f"no field {missing[0]!r} (nas-stab bench fields lists them)", key="--columns")
+    if args.format == "csv":
+        print(found[cols].to_csv(index=False), end="")
+    else:
+        print(found[cols].to_string(index=False) if len(found) else "(no run)")
+        print(f"{len(found)} run(s)", file=sys.stderr)
+    return 0
+
+
 def cmd_leaderboard(args) -> int:
     from nas_stab.analysis.values import number_or_text  # deferred: loads pandas, NumPy only when this runs
     from nas_stab.results.leaderboard import build_leaderboard  # deferred: loads PyYAML, pandas, NumPy only when this runs
