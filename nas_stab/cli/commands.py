@@ -143,7 +143,12 @@ def _run(args, setup_done) -> int:
     # worker processes (Ray, local concurrency > 1) load their own
     in_process = spec.runner.kind == "local" and spec.runner.concurrency == 1
     with reuse_loaded() if in_process else contextlib.nullcontext():
-        data_note = _preflight_data(spec)
+        if spec.runner.kind == "table":  # served from a published table: no data, nothing trained
+            from nas_stab.search.table_runner import data_note as table_note  # deferred: loads pandas only when this runs
+
+            data_note = table_note(spec)
+        else:
+            data_note = _preflight_data(spec)
         with RunDir.open(args.out, spec, fresh=args.fresh, data_note=data_note, views=record_views) as rd:
             rd.log(f"nas-stab run {args.spec} (runner {spec.runner.kind})")
             rd.log(f"data: {data_note}")
@@ -157,6 +162,8 @@ def _run(args, setup_done) -> int:
             run: typing.Callable[..., dict]
             if spec.runner.kind == "ray":
                 from nas_stab.search.ray.runner import run_ray as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
+            elif spec.runner.kind == "table":
+                from nas_stab.search.table_runner import run_table as run  # deferred: loads pandas only when this runs
             else:
                 from nas_stab.search.local import run_local as run  # deferred: loads PyYAML, pandas, NumPy only when this runs
             setup_done()

@@ -110,6 +110,10 @@ def _check_runner(spec: Spec, ctx: Ctx) -> None:
             raise ctx.error(("runner", "resources", k), f"must be a number >= 0, got {v!r}")
     if r.address is not None and r.kind != "ray":
         raise ctx.error(("runner", "address"), "an address only applies to runner.kind: ray")
+    if r.kind == "table" and not r.table:
+        raise ctx.error(("runner", "table"), "runner.kind: table serves a published table's runs: name it (nas-stab bench tables)")
+    if r.table is not None and r.kind != "table":
+        raise ctx.error(("runner", "table"), "only applies to runner.kind: table")
 
 
 def _check_bracket(spec: Spec, ctx: Ctx) -> None:

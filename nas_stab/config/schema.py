@@ -293,13 +293,16 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    kind: Literal["local", "ray"] = _f("local")
+    kind: Literal["local", "ray", "table"] = _f("local", "local: train here; ray: on a Ray cluster; table: train nothing, serve the recorded runs of "
+                                                         "a published table (runner.table; nas_stab.bench, docs/bench.md)")
     address: str | None = _f(None, "ray: null starts a local Ray; 'auto' or 'ray://host:port' joins")
     resources: Any = _f(None, "per trial: {cpu: 1, gpu: 0}")
     concurrency: int = _f(1, "trials at once", ge=1, le=100_000)
     max_failures: int = _f(1, "retries of a trial whose worker died", ge=0, le=1000)
     checkpoint_every: int = _f(0, "steps between trial checkpoints (ray; 0 = none)", ge=0)
     storage: str | None = _f(None, "ray: where Tune keeps trial checkpoints, a path every node sees or s3://...; default <run dir>/ray")
+    table: str | None = _f(None, "table: the published table whose recorded runs are served (nas-stab bench tables)")
+    table_file: str = _f("trials", "table: its run file (trials, or a confirmation beside it: confirm, equivalence, ...)")
     connect_timeout_s: float = _f(60.0, "ray: seconds to wait for runner.address to answer as Ray (a head's GCS or a Ray Client server) before giving up with "
                                         "one line", gt=0, le=3600)
 
