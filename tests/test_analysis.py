@@ -255,7 +255,7 @@ def test_load_analysis_from_run_dirs(tmp_path):
     d1 = make_run(tmp_path, grid_rows({("sum", 1, 0.1): [0.5], ("sum", 1, 0.2): [0.7]}),
                   spec=spec_dict("one", seeds=[0]))
     # the second run does not search model.aggregation: its base value ("stam") labels its rows
-    sp = spec_dict("two", seeds=[0])
+    sp = spec_dict("two", seeds=[0], space={"model.branches": [1, 2, 4], "train.lr": {"log_grid": [0.1, 0.8, 4]}})
     sp["model"]["aggregation"] = "stam"
     d2 = make_run(tmp_path, [{"seed": 0, "model.branches": 2, "train.lr": lr, "val_acc": v} for lr, v in ((0.1, 0.6), (0.2, 0.4))], spec=sp)
     a, prov, runs = load_analysis([d1, d2])

@@ -148,7 +148,7 @@ def test_name_the_schema_refuses_is_an_error(tmp_path):
 
 
 def test_one_size_one_row_one_seed(tmp_path):
-    spec = spec_dict(transfer=None, compare=(), seeds=[0])
+    spec = spec_dict(transfer=None, compare=(), seeds=[0], space={"train.lr": [0.1, 0.3]})  # (its records search the lr only)
     d = make_run(tmp_path, grid_rows({(None, None, 0.1): [0.5], (None, None, 0.3): [0.7]}), spec=spec)
     paths = build_leaderboard([d], formats="md,html,tex,csv", out_dir=tmp_path / "out")
     md = paths["md"].read_text()
