@@ -41,3 +41,16 @@ def test_an_unknown_table_or_a_missing_name_is_refused_before_anything_is_writte
     assert not (tmp_path / "tau-fig1").exists()
     r = run_cli("validate", SPEC, "--set", "runner.kind=table")
     assert r.returncode == 2 and "runner.table: runner.kind: table serves a published table's runs" in r.stderr
+
+
+def test_the_readme_strategy_table_is_the_stored_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_strategies", ROOT / "benchmarks" / "bench_strategies.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.BEGIN + "\n" + bench.render() + bench.END in (ROOT / "README.md").read_text()
+    rows = pd.read_csv(bench.STORE)
+    published = rows[rows["strategy"] == "published search"].dropna(subset=["runs"])
+    assert len(published) >= 3 and (published["agree"] == published["rows"]).all()  # a replay reproduces its table
