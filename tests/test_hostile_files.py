@@ -165,3 +165,10 @@ def test_a_spec_that_searches_a_key_its_records_lack_is_refused(run_dir):
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     r = run_cli("leaderboard", run_dir, timeout=120)
     assert r.returncode == 2 and "no column 'model.depth'" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("content", ["", "trial,seed,status,run_id,key\n"])
+def test_tensorboard_of_a_run_with_no_record_is_an_error(run_dir, content):
+    (run_dir / "trials.csv").write_text(content)
+    r = run_cli("tensorboard", run_dir, timeout=60)
+    assert r.returncode == 2 and "no run recorded yet" in r.stderr, (r.stdout, r.stderr)
