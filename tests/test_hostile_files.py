@@ -172,3 +172,15 @@ def test_tensorboard_of_a_run_with_no_record_is_an_error(run_dir, content):
     (run_dir / "trials.csv").write_text(content)
     r = run_cli("tensorboard", run_dir, timeout=60)
     assert r.returncode == 2 and "no run recorded yet" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_generating_a_large_mnist1d_is_announced_with_its_cost_and_bounded():
+    from nas_stab.config import loads_spec
+    from nas_stab.errors import SpecError
+
+    text = "name: m\ntask: {dataset: {name: mnist1d, size: %d}}\nmodel: {arch: mlp, width: 8}\n"
+    spec = loads_spec(text % 500_000)
+    assert any("generating 500,000 MNIST-1D examples takes about 2 min" in n for n in spec.notes), spec.notes
+    assert not any("MNIST-1D" in n for n in loads_spec(text % 4000).notes)
+    with pytest.raises(SpecError, match="must be <= 1000000"):
+        loads_spec(text % 10_000_000)

@@ -45,11 +45,20 @@ def advice(spec: Spec, ctx: Ctx) -> tuple[str, ...]:
         if value != d.RETIRED[key]:  # (build keeps only the keys away from their old default)
             warn(("task", "dataset", key), f"has no effect: {d.name} does not read {key} (its own options: "
                  f"{', '.join(f.name for f in dataclasses.fields(d.options)) if d.options else 'none'})")
+    size = getattr(d.options, "size", None) if d.name == "mnist1d" else None
+    if isinstance(size, int) and size > MNIST1D_ANNOUNCE:
+        warn(("task", "dataset", "size"), f"generating {size:,} MNIST-1D examples takes about "
+             f"{size * MNIST1D_S_PER_SAMPLE / 60:.0f} min the first time (about {MNIST1D_S_PER_SAMPLE * 1e3:.1f} ms a "
+             "sample on a 2-core machine; then cached: a rerun reads them)")
     base = ctx.files.get(("description",))
     if spec.description and base and base != ctx.file and ("description",) not in ctx.overrides:
         out.append(f"{ctx.file}: description is inherited from {base} (\"{spec.description[:60]}\"): it describes that "
                    "experiment; set description: in this file if this one differs (it is printed with every table)")
     return tuple(out)
+
+
+MNIST1D_ANNOUNCE = 100_000  # examples beyond which generating MNIST-1D is announced with its cost
+MNIST1D_S_PER_SAMPLE = 3e-4  # the mnist1d package's generation, measured on this project's 2-core machine (20,000 in 5 s)
 
 
 def _powers(lo: int, hi: int) -> list[int]:

@@ -25,7 +25,8 @@ class SyntheticOptions:
 
 @dataclass(frozen=True)
 class Mnist1dOptions:
-    size: int = option(2000, "number of samples (the paper's data set is 5000, 4000 train / 1000 test)", ge=10, le=10_000_000)
+    size: int = option(2000, "number of samples (the paper's data set is 5000, 4000 train / 1000 test); generating takes about "
+                             "0.3 ms a sample the first time (then cached): at most 10^6, about 5 min", ge=10, le=1_000_000)
 
 
 @dataclass(frozen=True)
