@@ -101,7 +101,9 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--depth", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--out", help="also write the measurements as CSV (per form and C: the seed means; per form: the slopes)")
     a = ap.parse_args(argv)
+    rows: list[dict] = []
     torch.set_num_threads(1)
     Cs = [int(c) for c in a.branches.split(",")]
     print(f"MLP ResNet width {a.width}, {a.depth} blocks, MNIST-1D, Adam lr {a.lr}, {a.steps} steps, {a.seeds} seeds; "
@@ -116,6 +118,15 @@ def main(argv=None) -> int:
         s0, s1 = slope(Cs, res[..., 0]), slope(Cs, res[..., 1])
         print(f"| {form} | {alpha} | {cells} | {s0[0]:+.2f} ({s0[1]:+.2f} to {s0[2]:+.2f}) | "
               f"{s1[0]:+.2f} ({s1[1]:+.2f} to {s1[2]:+.2f}) |")
+        rows += [{"form": form, "alpha": alpha, "C": C, "init": res[:, i, 0].mean(), "update": res[:, i, 1].mean(),
+                  "init_slope": s0[0], "init_lo": s0[1], "init_hi": s0[2], "update_slope": s1[0], "update_lo": s1[1],
+                  "update_hi": s1[2], "width": a.width, "depth": a.depth, "lr": a.lr, "steps": a.steps, "seeds": a.seeds}
+                 for i, C in enumerate(Cs)]
+    if a.out:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(a.out, index=False, float_format="%.6g")
+        print(f"wrote {a.out}")
     return 0
 
 
