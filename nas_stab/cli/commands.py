@@ -7,6 +7,7 @@ dataclasses, typing, json and difflib would add a third to `--help`'s ~40 ms).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -28,7 +29,7 @@ if typing.TYPE_CHECKING:
     from nas_stab.config.schema import Spec
 
 
-def _load(args, *, probe: bool = False):
+def _load(args: argparse.Namespace, *, probe: bool = False) -> Spec:
     from nas_stab.config import load_spec  # deferred: loads PyYAML only when this runs
 
     overrides = list(args.set)
@@ -46,7 +47,7 @@ def _load(args, *, probe: bool = False):
     return spec
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     import yaml  # deferred: loads PyYAML only when this runs
 
     from nas_stab.config.display import applicable_plain  # deferred: loads PyYAML only when this runs
@@ -123,12 +124,12 @@ def _preflight_data(spec: Spec) -> str:
     return note
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     with gcsetup.setup(getattr(args, "keep_frozen", False)) as setup_done:
         return _run(args, setup_done)
 
 
-def _run(args, setup_done) -> int:
+def _run(args: argparse.Namespace, setup_done: typing.Callable[[], None]) -> int:
     from nas_stab.data import reuse_loaded  # deferred: loads torch, PyYAML, NumPy only when this runs
     from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
     from nas_stab.trackers.views import record_views  # deferred: loads PyYAML only when this runs
@@ -188,7 +189,7 @@ def _write_leaderboard(rd) -> dict[str, Path]:
     return paths
 
 
-def cmd_probe(args) -> int:
+def cmd_probe(args: argparse.Namespace) -> int:
     from nas_stab.probe.cmd import run_probe  # deferred: loads NumPy only when this runs
 
     spec = _load(args, probe=True)
@@ -196,7 +197,7 @@ def cmd_probe(args) -> int:
     return run_probe(spec, steps=args.steps, out_root=Path(args.out), seeds=args.seeds, command=command) or 0
 
 
-def cmd_conform(args) -> int:
+def cmd_conform(args: argparse.Namespace) -> int:
     from nas_stab.conform.cmd import EXIT, conform, report, verdict, write_csvs, write_outputs  # deferred: loads torch only when this runs
 
     spec = _load(args, probe=True)
@@ -213,7 +214,7 @@ def cmd_conform(args) -> int:
 BENCH_COLUMNS = ("table", "file", "seed", "status", "train.lr", "objective", "run_id")
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     from nas_stab import bench  # deferred: loads pandas only when this runs
     from nas_stab.analysis.values import number_or_text  # deferred: loads pandas, NumPy only when this runs
 
@@ -247,7 +248,7 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def cmd_leaderboard(args) -> int:
+def cmd_leaderboard(args: argparse.Namespace) -> int:
     from nas_stab.analysis.values import number_or_text  # deferred: loads pandas, NumPy only when this runs
     from nas_stab.results.leaderboard import build_leaderboard  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
@@ -285,7 +286,7 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
-def cmd_judge(args) -> int:
+def cmd_judge(args: argparse.Namespace) -> int:
     from nas_stab.results.judge import SweepColumns, judge, read_sweep, split_keys  # deferred: loads pandas only when this runs
     from nas_stab.results.leaderboard import write_leaderboard  # deferred: loads pandas, matplotlib only when this runs
 
@@ -343,7 +344,7 @@ def upgrade_decisions(run_dir: Path, *, quiet: bool = False) -> bool:
     return done
 
 
-def cmd_upgrade(args) -> int:
+def cmd_upgrade(args: argparse.Namespace) -> int:
     for d in args.run_dirs:
         read_run(Path(d))  # not a run directory: an error naming the file
         if not upgrade_decisions(Path(d)):
@@ -351,7 +352,7 @@ def cmd_upgrade(args) -> int:
     return 0
 
 
-def cmd_claims(args) -> int:
+def cmd_claims(args: argparse.Namespace) -> int:
     from nas_stab.results.claims_table import claims_csv, judge_run  # deferred: loads pandas, SciPy only when this runs
     from nas_stab.store.atomic import atomic_write  # deferred: keeps --help fast
 
@@ -393,7 +394,7 @@ def _track_leaderboard(run_dir: Path, paths: dict[str, Path]) -> None:
         print(f"tracking: {line}")
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     from nas_stab.results.status import status_text  # deferred: loads PyYAML, pandas, NumPy only when this runs
 
     upgrade_decisions(Path(args.run_dir))
@@ -401,7 +402,7 @@ def cmd_status(args) -> int:
     return 0
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     from nas_stab.config import schema  # deferred: loads PyYAML only when this runs
     from nas_stab.data import DATASETS  # deferred: loads torch, PyYAML, NumPy only when this runs
     from nas_stab.models import ARCHS  # deferred: loads torch, PyYAML, NumPy only when this runs
@@ -433,7 +434,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_tensorboard(args) -> int:
+def cmd_tensorboard(args: argparse.Namespace) -> int:
     from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
@@ -445,7 +446,7 @@ def cmd_tensorboard(args) -> int:
     return 0
 
 
-def cmd_schema(args) -> int:
+def cmd_schema(args: argparse.Namespace) -> int:
     from nas_stab.config.json_schema import json_schema  # deferred: loads PyYAML only when this runs
     from nas_stab.config.reference import markdown_reference  # deferred: loads PyYAML only when this runs
 

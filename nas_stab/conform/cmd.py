@@ -52,7 +52,7 @@ def _searched(spec: Spec, key: str) -> list[int]:
     return sorted({int(v) for v in spec.space.values_of(d)})
 
 
-def _block_count(spec: Spec, depth: int, info) -> float:
+def _block_count(spec: Spec, depth: int, info: Any) -> float:
     """L, the residual block count of the model at `depth` (the resnet's 3n of depth 6n + 2)."""
     s = dataclasses.replace(spec, model=dataclasses.replace(spec.model, depth=depth, parametrization="weight"))
     with torch.device("meta"):
@@ -61,7 +61,7 @@ def _block_count(spec: Spec, depth: int, info) -> float:
     return float(getattr(tau, "L", depth))
 
 
-def axes(spec: Spec, expect: str, info) -> list[Axis]:
+def axes(spec: Spec, expect: str, info: Any) -> list[Axis]:
     """The axes `expect` is judged over, with their values: the spec's own searched sizes (at least 3), else a
     doubling ladder from the model's size."""
     m = spec.model
@@ -86,7 +86,7 @@ def _at(spec: Spec, key: str, value: int) -> Spec:
     return dataclasses.replace(spec, model=dataclasses.replace(spec.model, **changes))
 
 
-def measure_axis(spec: Spec, axis: Axis, seeds: Iterable[int], steps: int, task, batch, mutate: Mutate | None = None) -> None:
+def measure_axis(spec: Spec, axis: Axis, seeds: Iterable[int], steps: int, task: Any, batch: Any, mutate: Mutate | None = None) -> None:
     for value, size in zip(axis.values, axis.sizes):
         for seed in seeds:
             axis.points.append(measure_point(_at(spec, axis.key, value), size, seed, steps, task, batch, mutate))
@@ -125,7 +125,7 @@ def conform(spec: Spec, expect: str, *, steps: int = STEPS, seeds: int = SEEDS, 
     return out
 
 
-def _tied(spec: Spec, info) -> bool:
+def _tied(spec: Spec, info: Any) -> bool:
     """Whether the architecture's readout is its input embedding (the transformer's tied readout)."""
     with torch.device("meta"):
         model = build_model(dataclasses.replace(spec, model=dataclasses.replace(spec.model, parametrization="weight")), info)

@@ -67,17 +67,17 @@ def _layers(model: nn.Module) -> dict[str, nn.Module]:
     return {n: m for n, m in model.named_modules() if n and any(True for _ in m.parameters(recurse=False))}
 
 
-def _attention_logits(name: str, got: dict[str, torch.Tensor]):
+def _attention_logits(name: str, got: dict[str, torch.Tensor]) -> Callable[..., None]:
     """A hook on an attention's logits tap (called with q, k, mask, causal, scale): its logits q.k x scale (SDPA's
     1/sqrt(head size) when the scale is None), recorded as `<attention>.logits`."""
-    def hook(_m, args, _out):
+    def hook(_m: nn.Module, args: tuple[Any, ...], _out: Any) -> None:
         q, k, scale = args[0], args[1], args[4] if len(args) > 4 else None
         s = scale if scale is not None else q.shape[-1] ** -0.5
         got[name.rsplit(".", 1)[0] + ".logits"] = (q @ k.transpose(-2, -1) * s).detach().clone()
     return hook
 
 
-def _outputs(model: nn.Module, task, batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _outputs(model: nn.Module, task: Any, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Every layer's output (and every attention's logits) and the model's logits, on `batch`, without gradients."""
     got: dict[str, torch.Tensor] = {}
     hooks = [m.register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out.detach().clone())
@@ -94,7 +94,7 @@ def _outputs(model: nn.Module, task, batch) -> tuple[dict[str, torch.Tensor], to
     return got, logits.detach().clone()
 
 
-def _readout_mult(model: nn.Module, head_name: str, task, batch) -> float:
+def _readout_mult(model: nn.Module, head_name: str, task: Any, batch: Any) -> float:
     """The readout's effective output multiplier: its output over F.linear of its input as given to it (captured
     by a pre-hook run before the model's own); nan where the readout is not a module with a weight."""
     try:
@@ -124,7 +124,7 @@ def _readout_mult(model: nn.Module, head_name: str, task, batch) -> float:
     return _rms(out) / den if den > 0 else math.nan
 
 
-def _tied_mult(model: nn.Module, head: nn.Module, task, batch) -> float:
+def _tied_mult(model: nn.Module, head: nn.Module, task: Any, batch: Any) -> float:
     """A tied readout (the transformer's embedding, read by F.linear in the model's forward): the logits over the
     plain linear map of the decoder's final features (the module feeding it: `dec_norm`, else the last layer)."""
     feeder = getattr(model, "dec_norm", None)
@@ -149,15 +149,15 @@ def _tied_mult(model: nn.Module, head: nn.Module, task, batch) -> float:
     return _rms(logits) / den if den > 0 else math.nan
 
 
-def _branch_ratios(model: nn.Module, task, batch) -> dict[str, float]:
+def _branch_ratios(model: nn.Module, task: Any, batch: Any) -> dict[str, float]:
     """Every residual block (`blocks.i`): RMS(its output - its input) / RMS(its input) at init."""
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList | nn.Sequential):
         return {}
     got: dict[str, float] = {}
 
-    def hook(name):
-        def f(_m, args, out):
+    def hook(name: str) -> Callable[..., None]:
+        def f(_m: nn.Module, args: tuple[Any, ...], out: Any) -> None:
             if isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor) and args[0].shape == out.shape:
                 den = _rms(args[0])
                 got[name] = _rms(out - args[0]) / den if den > 0 else math.nan
@@ -173,7 +173,7 @@ def _branch_ratios(model: nn.Module, task, batch) -> dict[str, float]:
     return got
 
 
-def _step_sizes(model: nn.Module, spec: Spec, task, batch) -> tuple[dict[str, float], dict[str, float]]:
+def _step_sizes(model: nn.Module, spec: Spec, task: Any, batch: Any) -> tuple[dict[str, float], dict[str, float]]:
     """(parameter -> effective lr / train.lr, parameter -> Adam eps / train.eps) of one optimizer step, taken and
     undone (parameters and buffers restored: a copy would lose the attributes the optimizer reads on them)."""
     t = spec.train
@@ -206,7 +206,7 @@ def _step_sizes(model: nn.Module, spec: Spec, task, batch) -> tuple[dict[str, fl
     return lrs, eps
 
 
-def measure_point(spec: Spec, size: float, seed: int, steps: int, task, batch, mutate: Mutate | None = None) -> Point:
+def measure_point(spec: Spec, size: float, seed: int, steps: int, task: Any, batch: Any, mutate: Mutate | None = None) -> Point:
     """Build `spec`'s model (from `seed`), apply `mutate`, and measure it (see the module docstring)."""
     t = dataclasses.replace(spec.train, schedule="constant", warmup_steps=0, grad_clip=None, weight_decay=0.0)
     spec = dataclasses.replace(spec, train=t)
