@@ -72,6 +72,9 @@ def test_every_row_carries_its_complete_configuration():
     with_spec = runs[runs["source_spec"].isin(bench.tables().query("spec_file != ''")["spec"])]
     for key in ("model.arch", "model.depth", "train.optimizer", "train.batch_size", "task.dataset.name"):
         assert with_spec[key].notna().all(), key
+    from nas_stab.bench.build import LOCATION_KEYS
+
+    assert not set(LOCATION_KEYS) & set(runs.columns)  # where the data lived on our machines is not a run's configuration
     post_ln = bench.query(table="multi30k-rskip", source_spec="multi30k-rskip-postln")
     assert len(post_ln) == 6 and (post_ln["model.skip"] == "plain").all() and (post_ln["model.skip_lambda"] == 1.0).all()
     assert (post_ln["filled"] == "model.skip model.skip_lambda").all()  # said, not hidden

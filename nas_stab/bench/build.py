@@ -75,10 +75,16 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): (json.dumps(node) if isinstance(node, list | tuple) else node)}
 
 
+# where the data lived on the machine that ran it: not the configuration (a user's data is where `nas-stab validate`
+# says it looks), so the release leaves these keys out
+LOCATION_KEYS = ("task.dataset.root", "task.dataset.cache_dir")
+
+
 def configuration(spec_file: Path) -> dict[str, Any]:
-    """The resolved configuration of an experiment file, as dotted keys (task., model., train., stability.)."""
+    """The resolved configuration of an experiment file, as dotted keys (task., model., train., stability.), without
+    the data's location (`LOCATION_KEYS`)."""
     plain = applicable_plain(load_spec(spec_file, probe=True))
-    return {k: v for k, v in _flat({s: plain.get(s) or {} for s in KNOWN_SECTIONS}).items()}
+    return {k: v for k, v in _flat({s: plain.get(s) or {} for s in KNOWN_SECTIONS}).items() if k not in LOCATION_KEYS}
 
 
 def _text(v: Any) -> Any:
@@ -101,7 +107,7 @@ def table_runs(table: Path, specs: Path, archived: bool) -> tuple[pd.DataFrame, 
     frames, infos = [], []
     for f in run_files(table):
         prov = provenance(table / f"{'leaderboard' if f.stem == 'trials' else f.stem}_provenance.txt")
-        df = pd.read_csv(f, dtype={"run_id": str, "key": str})
+        df = pd.read_csv(f, dtype={"run_id": str, "key": str}).drop(columns=list(LOCATION_KEYS), errors="ignore")
         merged = merged_runs(table / "leaderboard_provenance.txt") if f.stem == "trials" else {}
         # each row's own experiment: the run it came from (a merged table's source_run), else the file's
         names = df["source_run"].fillna(prov.get("spec", "")).astype(str) if "source_run" in df.columns and merged else \
