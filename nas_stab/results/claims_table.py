@@ -22,7 +22,7 @@ from nas_stab.errors import RunError
 from nas_stab.results.formats import to_csv
 from nas_stab.results.leaderboard import load_analysis
 from nas_stab.safefiles import check_regular
-from nas_stab.store.reader import read_run
+from nas_stab.store.reader import read_run, read_table
 
 __all__ = ["judge_run", "claims_csv"]
 
@@ -51,14 +51,7 @@ def _table(path: Path) -> pd.DataFrame:
     """A run file a claim reads: a regular file (not a link to /dev/zero, a FIFO) that is a CSV table; else one
     line naming it."""
     check_regular(path, "trials.csv" if path.name == "trials.csv" else "table")
-    try:
-        return pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise RunError(f"{path}: empty file, not a CSV table") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise RunError(f"{path}: not a readable CSV table ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-    except OSError as e:
-        raise RunError(f"{path}: cannot read ({e.strerror or e})") from None
+    return read_table(path)
 
 
 def claims_csv(df: pd.DataFrame) -> str:

@@ -90,21 +90,13 @@ class Run:
         Raises:
             RunError: naming the file, when it is missing, unreadable, malformed or has no trials.
         """
-        import pandas as pd  # deferred: loads pandas only when this runs
 
         tpath = self.path / TRIALS_CSV
         check_regular(tpath, "trials.csv")  # a link to /dev/zero, a FIFO: one line, never read
         if not tpath.is_file():
             raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
-        try:
-            # values as the run wrote them (csvsafe.py); a key or run id is text even when its characters are digits
-            trials = unescape_frame(pd.read_csv(tpath, dtype={"key": str, "run_id": str}))
-        except pd.errors.EmptyDataError:
-            raise RunError(f"{tpath}: empty file; no trial has been recorded") from None
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-            raise RunError(f"{tpath}: not a readable CSV table ({str(e).splitlines()[0]})") from None
-        except OSError as e:
-            raise RunError(f"{tpath}: cannot read ({e.strerror})") from None
+        # values as the run wrote them (csvsafe.py); a key or run id is text even when its characters are digits
+        trials = unescape_frame(read_table(tpath, "empty file; no trial has been recorded", dtype={"key": str, "run_id": str}))
         if trials.empty:
             raise RunError(f"{tpath}: has a header but no trials")
         check_trials(trials, self.spec, tpath)
@@ -117,6 +109,21 @@ class Run:
     def history(self, run_id: Any, *, nrows: int | None = None) -> pd.DataFrame | None:
         """One trained run's step history (see `history_frame`)."""
         return history_frame(self.path / HISTORY, run_id, nrows=nrows)
+
+
+def read_table(path: Path, empty: str = "empty file, not a CSV table", **kwargs: Any) -> pd.DataFrame:
+    """A CSV file of a run directory read by pandas (`kwargs` for `read_csv`), or RunError in one line naming it: `empty`
+    for a file with nothing in it, else why it is not a readable table."""
+    import pandas as pd  # deferred: loads pandas only when this runs
+
+    try:
+        return pd.read_csv(path, **kwargs)
+    except pd.errors.EmptyDataError:
+        raise RunError(f"{path}: {empty}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise RunError(f"{path}: not a readable CSV table ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    except OSError as e:
+        raise RunError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 def check_trials(trials: pd.DataFrame, spec: Spec, tpath: Path) -> None:
