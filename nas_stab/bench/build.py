@@ -123,11 +123,13 @@ def table_runs(table: Path, specs: Path, archived: bool) -> tuple[pd.DataFrame, 
                     added.setdefault(key, [None] * len(df))
                     for i in rows:
                         added[key][i] = _text(value)
-                else:  # a searched key this row left empty (its experiment did not search it): the experiment's value
-                    for i in rows[df.loc[rows, key].isna().to_numpy()]:
-                        filled[i].append(key)
+                else:  # a searched key these rows left empty (their experiment did not search it): the experiment's value
+                    empty = rows[df.loc[rows, key].isna().to_numpy()]
+                    if len(empty):
                         df[key] = df[key].astype(object)
-                        df.at[i, key] = _text(value)
+                        df.loc[empty, key] = _text(value)
+                        for i in empty:
+                            filled[i].append(key)
         source = {k: [merged.get(n, {}).get(k, prov.get(k, "")) for n in names] for k in ("hash", "commit")}
         head = pd.DataFrame({"table": table.name, "file": f.stem, "archived": archived}, index=df.index)
         tail = pd.DataFrame({"filled": [" ".join(k) for k in filled], "source_spec": names.to_numpy(),
