@@ -78,6 +78,7 @@ class Trial:
         self.ot, self.jobs, self.params = ot, jobs, params
         self.results: list[tuple] = []  # (RunResult, traceback text) per job trained, in order
         self.closed = False  # told Optuna its final state
+        self.recorded: tuple[str, float | None, str] | None = None  # (status, value, error) once its rows are saved
 
     @property
     def number(self) -> int:
@@ -316,8 +317,9 @@ class Driver:
             results.append(res)
             self._check_budget(job, res)
         self.records.save(rows, results)
-        trial_states.tell(self.study, trial.ot, plan.trial_status(results), plan.run_value(spec, results),
-                          "; ".join(r.error for r in results if r.error))
+        told = (plan.trial_status(results), plan.run_value(spec, results), "; ".join(r.error for r in results if r.error))
+        trial.recorded = told  # a Ctrl-C from here on closes the trial in this state, not as interrupted
+        trial_states.tell(self.study, trial.ot, *told)
         self._closed(trial)
         self._record_decisions()
         self._expect()
@@ -350,11 +352,15 @@ class Driver:
             self.progress.expect(*got)
 
     def abandon(self, trial: Trial, error: str = "interrupted", status: str = INTERRUPTED) -> None:
-        """Close a trial without records: interrupted (trained again on a rerun) or failed."""
+        """Close a trial without records: interrupted (trained again on a rerun) or failed. A trial whose rows were
+        saved before a Ctrl-C stopped its telling is told the state its rows give: trials.csv and the study agree."""
         if trial.closed:
             return
         try:
-            trial_states.tell(self.study, trial.ot, status, None, error)
+            if trial.recorded is not None:
+                trial_states.tell(self.study, trial.ot, *trial.recorded)
+            else:
+                trial_states.tell(self.study, trial.ot, status, None, error)
         finally:
             self._closed(trial)
 

@@ -73,6 +73,10 @@ def open_study(spec: Spec, rd: RunStore) -> tuple[optuna.Study, dict[str, dict],
         if told:
             rd.log(f"told Optuna {told} trial(s) whose rows were recorded before a kill")
         closed = cleanup_study(study, attrs) if attrs is not None else 0
+        reconciled = reconcile_interrupted(spec, study, rows) if rows else 0
+        if reconciled:
+            rd.log(f"told Optuna {reconciled} trial(s) closed as interrupted after their rows were recorded "
+                   "(a new trial each, user attr reconciles)")
         if closed:
             msg = f"closed {closed} trial(s) left running by an interrupted run; they are trained again"
             rd.log(msg)
@@ -88,28 +92,68 @@ def tell_recorded(spec: Spec, study: optuna.Study, rows: dict, attrs: _TrialAttr
     """Tell each RUNNING trial whose rows are all in trials.csv the state its rows give."""
     from optuna.trial import TrialState  # deferred: loads Optuna only when this runs
 
+    by_trial = _by_trial(spec, rows)
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        mine = by_trial.get(str(t.number), [])
+        if not mine:
+            continue
+        if "key" not in t.user_attrs and len(mine) < len(spec.seeds) and mine[-1]["status"] == "complete":
+            continue  # a sampled trial (one per configuration, not per job) with seeds missing: trained again
+        tell(study, t.number, *_state_of(mine), set_attr=lambda k, v, n=t.number: attrs.set(n, k, v))
+        n += 1
+    return n
+
+
+def _by_trial(spec: Spec, rows: dict) -> dict[str, list[dict]]:
+    """The recorded rows of each Optuna trial (by its number as text), in the spec's seed order."""
+    seeds = [str(s) for s in spec.seeds]
     by_trial: dict[str, list] = {}
     for r in rows.values():
         by_trial.setdefault(str(r.get("optuna_trial")), []).append(r)
-    seeds = [str(s) for s in spec.seeds]
+    for mine in by_trial.values():
+        mine.sort(key=lambda r: seeds.index(r["seed"]) if r["seed"] in seeds else 1 << 30)
+    return by_trial
+
+
+def _state_of(mine: list[dict]) -> tuple[str, float | None, str]:
+    """The (status, value, error) a trial's recorded rows give (`tell`'s arguments)."""
+    statuses = [r["status"] for r in mine]
+    status = next((s for s in ("failed", "diverged", "pruned") if s in statuses), "complete")
+    value = None
+    if status == "complete":
+        try:
+            vals = [float(r["objective"]) for r in mine]
+            value = sum(vals) / len(vals)
+        except (TypeError, ValueError):
+            value = None
+    return status, value, "; ".join(r.get("error") or "" for r in mine).strip("; ")
+
+
+def reconcile_interrupted(spec: Spec, study: optuna.Study, rows: dict) -> int:
+    """Trials closed as interrupted (FAIL) whose rows are all in trials.csv -- a Ctrl-C that stopped the telling after
+    the rows were saved, by a nas_stab that did not yet tell them from their rows -- get a trial in the state their rows
+    give (`Study.add_trial`, user attr `reconciles`: the interrupted trial's number), so that the sampler learns what
+    the records hold. A finished trial's state cannot change in Optuna; the interrupted one stays, superseded. How many."""
+    import optuna  # deferred: loads Optuna only when this runs
+    from optuna.trial import TrialState
+
+    done = {t.user_attrs["reconciles"] for t in study.get_trials(deepcopy=False) if "reconciles" in t.user_attrs}
+    by_trial = _by_trial(spec, rows)
     n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        mine = sorted(by_trial.get(str(t.number), []), key=lambda r: seeds.index(r["seed"]) if r["seed"] in seeds else 1 << 30)
-        if not mine:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        mine = by_trial.get(str(t.number), [])
+        if t.user_attrs.get("status") != INTERRUPTED or t.number in done or not mine:
             continue
-        if "key" not in t.user_attrs and len(mine) < len(seeds) and mine[-1]["status"] == "complete":
-            continue  # a sampled trial (one per configuration, not per job) with seeds missing: trained again
-        statuses = [r["status"] for r in mine]
-        status = next((s for s in ("failed", "diverged", "pruned") if s in statuses), "complete")
-        value = None
-        if status == "complete":
-            try:
-                vals = [float(r["objective"]) for r in mine]
-                value = sum(vals) / len(vals)
-            except (TypeError, ValueError):
-                value = None
-        error = "; ".join(r.get("error") or "" for r in mine).strip("; ")
-        tell(study, t.number, status, value, error, set_attr=lambda k, v, n=t.number: attrs.set(n, k, v))
+        if "key" not in t.user_attrs and len(mine) < len(spec.seeds) and mine[-1]["status"] == "complete":
+            continue  # seeds missing: trained again
+        status, value, error = _state_of(mine)
+        state = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}.get(status, TrialState.FAIL)
+        if state == TrialState.COMPLETE and (value is None or not math.isfinite(value)):
+            state = TrialState.FAIL
+        attrs = {**t.user_attrs, "status": status, "reconciles": t.number, **({"error": error[:2000]} if error else {})}
+        study.add_trial(optuna.trial.create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
+                                                  params=t.params, distributions=t.distributions, user_attrs=attrs))
         n += 1
     return n
 
@@ -131,6 +175,7 @@ def sampled_remaining(spec: Spec, study: optuna.Study, rows: dict, target: int, 
     recorded = {str(r.get("optuna_trial")) for r in rows.values()}
     numbers = {t.number for t in finished}
     superseded = {int(t.user_attrs["retrains"]) for t in finished if "retrains" in t.user_attrs} & numbers
+    recorded |= {str(t.number) for t in finished if str(t.user_attrs.get("reconciles")) in recorded}  # reconcile_interrupted
     orphans = [t for t in finished if str(t.number) not in recorded and t.number not in superseded]
     remaining = max(0, target - (len(finished) - len(superseded) - len(orphans)))
     for t in orphans[:remaining]:

@@ -52,6 +52,23 @@ def is_loopback(address: str | None) -> bool:
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, **kwargs: Any) -> str:
+    """Connect this process to Ray (`_connect`), keeping its Python SIGTERM handler.
+
+    `ray.init` installs a native failure-signal handler for SIGTERM over Python's, so a SIGTERM to a `nas-stab run`
+    driver printed a native stack and killed it with exit 15, its runs in progress never closed; Python's handler
+    (`nas-stab run`: stop like Ctrl-C, exit 143) is put back once Ray is up."""
+    import signal
+    import threading
+
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return _connect(address, num_cpus=num_cpus, **kwargs)
+    finally:
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _connect(address: str | None = None, *, num_cpus: int | None = None, **kwargs: Any) -> str:
     """Connect this process to Ray; returns what it did ("started" or "joined ADDRESS").
 
     `address` None starts a local Ray bound to 127.0.0.1; a loopback address
