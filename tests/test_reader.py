@@ -12,7 +12,7 @@ from lb_fixtures import make_run, spec_dict
 
 from nas_stab.config.schema import LeaderboardConfig
 from nas_stab.errors import RunError
-from nas_stab.store.reader import read_rows, read_run
+from nas_stab.store.reader import iter_rows, read_rows, read_run
 from nas_stab.store.rundir import RunDir
 
 
@@ -72,6 +72,18 @@ def test_rows_drop_a_partial_last_line_and_malformed_rows_and_say_so(tmp_path):
     assert [r["key"] for r in rows] == ["k0"] and rows[0]["note"] == "=x"
     assert notes == ["trials.csv: dropped a partial last row", "trials.csv: dropped 2 malformed row(s)"]
     assert RunDir(tmp_path).read_trials() == rows  # the driver's reader is this one
+
+
+def test_rows_are_read_as_they_come_and_keep_only_the_columns_asked(tmp_path):
+    """`nas-stab status` and `tensorboard` stream trials.csv: a record is handed over before the rest of the file is
+    read (a bad row further down is met only when reached), and with `columns` a record holds only those."""
+    (tmp_path / "trials.csv").write_text("trial,seed,status,key,run_id,val_acc,init_fwd_ratio\n"
+                                         "0,0,complete,k0,t00000-s0,0.5,1.2\n" + "1,0,complete,k1,../x,0.6,1.3\n")
+    rows = iter_rows(tmp_path, strict=True, columns=("val_acc",))
+    assert next(rows) == {"status": "complete", "key": "k0", "run_id": "t00000-s0", "val_acc": "0.5"}
+    with pytest.raises(RunError, match=r"line 3: run_id: '\.\./x' is not a run id"):
+        next(rows)
+    assert list(iter_rows(tmp_path / "nothing")) == []
 
 
 def test_invalid_spec_is_a_run_error_with_file_line_and_key(tmp_path):

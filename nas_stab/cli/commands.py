@@ -21,7 +21,7 @@ from nas_stab.errors import RunError, SpecError
 from nas_stab.search.plan import base_lookup
 from nas_stab.search.ray.cluster import check_reachable
 from nas_stab.store.atomic import atomic_write
-from nas_stab.store.reader import read_rows, read_run
+from nas_stab.store.reader import iter_rows, read_run
 from nas_stab.textfmt import did_you_mean, printable
 from nas_stab.trackers.tensorboard import rebuild
 
@@ -438,7 +438,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     from nas_stab.store.rundir import RunDir  # deferred: loads PyYAML only when this runs
 
     run = read_run(args.run_dir)  # a run directory with a valid spec.yaml, before anything is touched
-    if not read_rows(run.path):  # (also refuses a trials.csv that is not a regular file)
+    if next(iter_rows(run.path), None) is None:  # (also refuses a trials.csv that is not a regular file)
         raise RunError(f"{run.path / 'trials.csv'}: no run recorded yet: nothing to write TensorBoard logs of")
     with RunDir.lock(run.path):  # no driver writes it meanwhile
         n, root = rebuild(run.path, list(run.spec.space.keys), run.spec.task.kind)

@@ -13,7 +13,7 @@ from nas_stab.errors import RunError
 from nas_stab.results.bracket_ends import run_decisions
 from nas_stab.search.plan import base_lookup
 from nas_stab.store.decisions import DECISIONS, Decisions
-from nas_stab.store.reader import Run, read_run
+from nas_stab.store.reader import Run, iter_rows, read_run
 
 # adaptive seeds with no run left: never "decided" (a row can stay inconclusive at seeds.max)
 ADAPTIVE_DONE = ("nothing left to train: each row's verdict is decided, or more seeds up to seeds.max would not decide it "
@@ -23,13 +23,17 @@ ADAPTIVE_DONE = ("nothing left to train: each row's verdict is decided, or more 
 def status_text(run_dir: Path) -> str:
     run = read_run(run_dir)
     spec = run.spec
-    rows = run.rows()
+    mode = search_mode(spec)
     counts = {s: 0 for s in metrics.STATUSES}
     used = 0.0
     best = None
+    keys: list[str] = []  # adaptive seeds: which runs of the current batch are recorded
     maximize = metrics.direction(spec.search.objective) == "maximize"
-    for r in rows:
+    # one pass over trials.csv, as it is read, keeping only what this page shows (a million records: no copy of them)
+    for r in iter_rows(run.path, columns=("wall_s", "objective", "trial", "seed", *spec.space.keys)):
         counts[r["status"]] += 1
+        if mode.adaptive:
+            keys.append(r["key"])
         try:
             used += float(r.get("wall_s") or 0)
             v = float(r.get("objective", ""))
@@ -37,7 +41,7 @@ def status_text(run_dir: Path) -> str:
             continue
         if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
             best = (v, r)
-    mode = search_mode(spec)
+    done = sum(counts.values())
     trials = spec.search.trials  # required (validated) unless the sampler is grid or bracket
     if mode.brackets or mode.adaptive:  # the total is decided as results come in
         planned = None
@@ -51,8 +55,7 @@ def status_text(run_dir: Path) -> str:
     else:
         assert trials is not None, "a sampled search has search.trials"
         planned = trials * len(spec.seeds)
-    done = len(rows)
-    decided, why = _decisions(run, rows) if (mode.inner_bracket or mode.adaptive or planned is None) else (None, "")
+    decided, why = _decisions(run, done) if (mode.inner_bracket or mode.adaptive or planned is None) else (None, "")
     if mode.inner_bracket:
         scored = len(decided.outers) if decided is not None else None
         assert trials is not None, "a transfer search has search.trials"
@@ -60,7 +63,7 @@ def status_text(run_dir: Path) -> str:
         lines = [f"{spec.name}: {done} runs finished; transfer search with bracket inside: "
                  f"{'?' if scored is None else scored} of {spec.search.trials} outer trials scored"]
     elif mode.adaptive:
-        todo = decided.stage_todo(str(r.get("key")) for r in rows) if decided is not None else None
+        todo = decided.stage_todo(keys) if decided is not None else None
         open_sweeps = todo or 0
         lines = [f"{spec.name}: {done} runs finished; adaptive seeds: " + _adaptive_text(todo, decided)]
     elif planned is None:
@@ -123,9 +126,9 @@ def watch_commands(spec: Spec, run_dir: Path) -> list[str]:
     return out
 
 
-def _decisions(run: Run, rows: list[dict[str, str]]) -> tuple[Decisions | None, str]:
-    """The search's recorded decisions (`store/decisions.py`), or None and why not."""
-    if not rows and not (run.path / DECISIONS).is_file():
+def _decisions(run: Run, done: int) -> tuple[Decisions | None, str]:
+    """The search's recorded decisions (`store/decisions.py`), or None and why not (`done`: runs recorded)."""
+    if not done and not (run.path / DECISIONS).is_file():
         return None, ""  # nothing run yet
     try:
         return run_decisions(run), ""

@@ -25,9 +25,8 @@ Reading never imports matplotlib; pandas only for `Run.trials` and histories.
 from __future__ import annotations
 
 import csv
-import io
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -44,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from nas_stab.config import Spec
 
 __all__ = ["HISTORY", "RUN_ID", "Run", "SPEC_YAML", "TRIALS_CSV", "history_frame", "history_path", "is_run_id",
-           "read_history_rows", "read_rows", "read_run", "stored_spec"]
+           "iter_history_rows", "iter_rows", "read_history_rows", "read_rows", "read_run", "stored_spec"]
 
 SPEC_YAML = "spec.yaml"
 TRIALS_CSV = "trials.csv"
@@ -253,7 +252,15 @@ def stored_spec(run_dir: str | Path) -> dict | None:
 
 
 def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, strict: bool = False) -> list[dict[str, str]]:
-    """The records of trials.csv, cells as the text the driver wrote (unescaped); [] without the file.
+    """The records of trials.csv, cells as the text the driver wrote (unescaped); [] without the file
+    (`iter_rows`, all of them in a list)."""
+    return list(iter_rows(run_dir, log, strict=strict))
+
+
+def iter_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, strict: bool = False,
+              columns: Iterable[str] | None = None) -> Iterator[dict[str, str]]:
+    """The records of trials.csv one at a time, read as they come (a million records never sit in memory at once);
+    with `columns`, each record holds only those (and key, status, run_id). Nothing without the file.
 
     A file cut short by a kill is repaired: its partial last line is dropped, and so is any row
     without a key or a known status; each repair is reported to `log`. With `strict` such a row, or
@@ -263,26 +270,36 @@ def read_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, 
     p = Path(run_dir) / TRIALS_CSV
     check_regular(p, "trials.csv")
     if not p.exists():
-        return []
-    text = p.read_text(encoding="utf-8", errors="replace")
-    if text and not text.endswith("\n"):  # an append cut short by a kill: drop the partial last line
-        text = text[: text.rfind("\n") + 1]
-        if log:
-            log("trials.csv: dropped a partial last row")
-    reader = csv.DictReader(io.StringIO(text))
-    good = []
-    n = 0
-    for raw in reader:
-        n += 1
-        r = {k: unescape_cell(v) for k, v in raw.items()}
-        problem = _row_problem(r, strict)
-        if problem is None:
-            good.append(r)
-        elif strict:
-            raise RunError(f"{p}: line {reader.line_num}: {problem}")
-    if len(good) != n and log:
-        log(f"trials.csv: dropped {n - len(good)} malformed row(s)")
-    return good
+        return
+    keep = None if columns is None else {*columns, "key", "status", "run_id"}
+    cut: list[bool] = []
+    with open(p, encoding="utf-8", errors="replace", newline="") as f:
+        reader = csv.DictReader(_whole_lines(f, cut))
+        n = bad = 0
+        for raw in reader:
+            n += 1
+            r = {k: unescape_cell(v) for k, v in raw.items() if keep is None or k in keep}
+            problem = _row_problem(r, strict)
+            if problem is None:
+                yield r
+                continue
+            bad += 1
+            if strict:
+                raise RunError(f"{p}: line {reader.line_num}: {problem}")
+    if cut and log:
+        log("trials.csv: dropped a partial last row")
+    if bad and log:
+        log(f"trials.csv: dropped {bad} malformed row(s)")
+
+
+def _whole_lines(f: Iterable[str], cut: list[bool]) -> Iterator[str]:
+    """The lines of `f` that end with a newline: a last line without one (an append cut short by a kill) is dropped,
+    and `cut` gets True."""
+    for line in f:
+        if line.endswith("\n"):
+            yield line
+        else:
+            cut.append(True)
 
 
 def _row_problem(r: Mapping[str, Any], run_id: bool) -> str | None:
@@ -325,8 +342,15 @@ def history_frame(history_dir: str | Path, run_id: Any, *, nrows: int | None = N
 
 def read_history_rows(history_dir: str | Path, run_id: Any) -> list[dict[str, str]]:
     """One run's history file as text records; [] when it has none."""
+    return list(iter_history_rows(history_dir, run_id))
+
+
+def iter_history_rows(history_dir: str | Path, run_id: Any) -> Iterator[dict[str, str]]:
+    """One run's history file as text records, read as they come; nothing when it has none (a file that is not a
+    regular one, or over the cap: RunError)."""
     path = history_path(history_dir, run_id)
     if path is None:
-        return []
-    with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
+        return
+    check_regular(path, "history")
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        yield from csv.DictReader(f)

@@ -22,14 +22,16 @@ import contextlib
 import math
 import re
 import shutil
+import sys
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from nas_stab import metrics
 from nas_stab.errors import RunError
-from nas_stab.store.reader import HISTORY, TRIALS_CSV, is_run_id, read_history_rows, read_rows
+from nas_stab.store.reader import HISTORY, TRIALS_CSV, is_run_id, iter_history_rows, iter_rows
 
 TB_DIR = "tensorboard"
 _SKIP = {"step"}
@@ -68,7 +70,7 @@ def scalar_tag(column: str, task_metrics: set[str]) -> str:
     return f"stability/{column}"
 
 
-def write_run(root: Path, row: dict, history: list[dict], searched: list[str], task_kind: str) -> Path:
+def write_run(root: Path, row: dict, history: Iterable[dict], searched: list[str], task_kind: str) -> Path:
     """Write one run's TensorBoard logs under `root` (replacing any earlier ones of that run)."""
     from torch.utils.tensorboard import SummaryWriter  # deferred: loads torch only when this runs
     from torch.utils.tensorboard.summary import hparams  # deferred: loads torch only when this runs
@@ -111,7 +113,7 @@ def _writer_errors_raised():
         raise caught[0]
 
 
-def _write(out: Path, row: dict, history: list[dict], searched: list[str], task_kind: str, SummaryWriter, hparams) -> None:
+def _write(out: Path, row: dict, history: Iterable[dict], searched: list[str], task_kind: str, SummaryWriter, hparams) -> None:
     task_metrics = set(metrics.TASK_METRICS[task_kind])
     w = SummaryWriter(log_dir=str(out), max_queue=10_000, flush_secs=3600)
     try:
@@ -166,14 +168,34 @@ def _hparam(v: Any) -> Any:
     return "" if v is None else str(v)
 
 
-def write_rows(run_path: Path, rows: list[dict], searched: list[str], task_kind: str) -> list[Path]:
-    """TensorBoard logs of these trials.csv rows, from their history files."""
+def write_rows(run_path: Path, rows: Iterable[dict], searched: list[str], task_kind: str,
+               progress: Callable[[int], None] | None = None) -> list[Path]:
+    """TensorBoard logs of these trials.csv rows, from their history files (each read as it is written);
+    `progress(runs written)` after each run."""
     root = Path(run_path) / TB_DIR
     out = []
     for row in rows:
-        history = read_history_rows(Path(run_path) / HISTORY, row["run_id"])
+        history = iter_history_rows(Path(run_path) / HISTORY, row["run_id"])
         out.append(write_run(root, row, history, searched, task_kind))
+        if progress is not None:
+            progress(len(out))
     return out
+
+
+class _Progress:
+    """One line on stderr every `every` seconds while `nas-stab tensorboard` writes: runs written of `total`."""
+
+    def __init__(self, total: int, every: float = 5.0):
+        self.total, self.every = total, every
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            rate = done / (now - self.t0)
+            print(f"tensorboard: {done:,} of {self.total:,} runs written ({now - self.t0:.0f} s, "
+                  f"~{(self.total - done) / rate:.0f} s left)", file=sys.stderr, flush=True)
 
 
 def rebuild(run_path: Path, searched: list[str], task_kind: str) -> tuple[int, Path]:
@@ -185,7 +207,7 @@ def rebuild(run_path: Path, searched: list[str], task_kind: str) -> tuple[int, P
         RunError: a malformed row, a `tensorboard` that is not a real directory of the run, or a
             directory in it this command cannot write (full disk, read-only: the error names it).
     """
-    rows = read_rows(run_path, strict=True)
+    n = sum(1 for _ in iter_rows(run_path, strict=True))  # every row checked before anything is touched, none kept
     root = Path(run_path) / TB_DIR
     if root.is_symlink() or root.exists() and not root.is_dir():
         raise RunError(f"{root}: not a directory of the run (a symlink or a file); move it aside")
@@ -194,8 +216,8 @@ def rebuild(run_path: Path, searched: list[str], task_kind: str) -> tuple[int, P
             for p in root.iterdir():
                 if is_log_dir(p):
                     shutil.rmtree(p)
-        write_rows(run_path, rows, searched, task_kind)
+        write_rows(run_path, iter_rows(run_path, strict=True), searched, task_kind, progress=_Progress(n))
     except OSError as e:
         raise RunError(f"{e.filename or root}: cannot write TensorBoard logs ({e.strerror or e}); the run's records are "
                        "untouched") from None
-    return len(rows), root
+    return n, root
