@@ -29,7 +29,7 @@ def check_spec(spec: Spec, ctx: Ctx, *, stored: bool = False, probe: bool = Fals
     (search, runner, leaderboard, storage, tracking, the model's configuration, the searched values) reports
     its first problem, and every group runs: the problems of all groups are returned together (`nas-stab
     validate` lists them all), none raised. `stored`: the spec.yaml of an existing run directory, which opens
-    even if it predates a leaderboard rule. `probe`: for `nas-stab probe` (nothing is trained: the searched
+    even if it predates a leaderboard rule, without resolving each grid point again. `probe`: for `nas-stab probe` (nothing is trained: the searched
     sizes' and lrs' rules of a table do not apply)."""
     errors: list[SpecError] = []
     for group in (lambda: _check_search(spec, ctx), lambda: _check_runner(spec, ctx),
@@ -38,7 +38,9 @@ def check_spec(spec: Spec, ctx: Ctx, *, stored: bool = False, probe: bool = Fals
                   lambda: None if stored else _check_tracking(spec, ctx),  # a run directory opens without the package
                   lambda: check_config(spec, ctx),
                   lambda: _check_components(spec, ctx),  # each component's own rules, even where check_config stopped
-                  lambda: check_space_values(spec, ctx)):  # every searched value must make a valid configuration
+                  # every searched value must make a valid configuration; a stored spec was checked when its search
+                  # started, and reading it back (status, leaderboard, tensorboard) resolving each of 10^4 points cost 17 s
+                  lambda: None if stored else check_space_values(spec, ctx)):
         try:
             group()
         except SpecErrors as e:
