@@ -15,9 +15,10 @@ Then prints: runs lost (grid cells without a record; must be 0), runs duplicated
 and Optuna's trial numbers aside) and its leaderboard.csv are identical to the undisturbed one's, and both
 searches' overhead against ideal (target <= 15% for 1-s trials, undisturbed).
 
-    python benchmarks/chaos.py --trials 1000 --nodes 3 [--steps 300] [--kill-frac 0.1] [--seed 0]
+    python benchmarks/chaos.py --trials 1000 --nodes 3 [--steps 300] [--kill-frac 0.1] [--seed 0] [--write]
 
-The slow suite runs a reduced version (tests/test_chaos.py). Not a timed test; figures in docs/ray.md.
+`--write` stores the figures in docs/performance/chaos.csv and renders the paragraph of docs/ray.md from it. The
+slow suite runs a reduced version (tests/test_chaos.py). Not a timed test.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CHAOS_CSV = ROOT / "docs" / "performance" / "chaos.csv"
+PAGE = ROOT / "docs" / "ray.md"
+BEGIN, END = "<!-- chaos.py: begin -->", "<!-- chaos.py: end -->"
 TIMING = ("wall_s", "train_s", "measure_s", "optuna_trial")  # trials.csv columns allowed to differ between runs
 
 
@@ -259,6 +263,41 @@ def run(trials: int, nodes: int, steps: int, kill_frac: float, seed: int, tmp: P
     return got
 
 
+def store(got: dict[str, object], a: argparse.Namespace) -> None:
+    CHAOS_CSV.parent.mkdir(exist_ok=True)
+    row = {"trials": a.trials, "nodes": a.nodes, "steps": a.steps, "kill_frac": a.kill_frac, "seed": a.seed,
+           **{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in got.items() if k != "problems"},
+           "problems": " | ".join(got["problems"]) or "none"}  # type: ignore[arg-type]
+    with open(CHAOS_CSV, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+
+
+def render() -> str:
+    """The paragraph of docs/ray.md, from docs/performance/chaos.csv."""
+    with open(CHAOS_CSV, newline="") as f:
+        r = next(csv.DictReader(f))
+    return (f"Measured (`python benchmarks/chaos.py --trials {r['trials']} --nodes {r['nodes']} --write`, "
+            f"docs/performance/chaos.csv): {r['trials']} trials of {r['steps']} steps on {r['nodes']} nodes; "
+            f"{r['workers_killed']} trial workers SIGKILLed, one node removed ({r['node_removed']}), the driver SIGKILLed "
+            f"at {r['driver_killed_at']} records and resumed. **Runs lost {r['lost']}, duplicated {r['duplicated']}, "
+            f"grid cells recorded other than exactly once {r['not_once']}**; trials.csv identical to the undisturbed "
+            f"search's (timing aside): {r['records_identical']}; leaderboard.csv byte-identical: "
+            f"{r['leaderboard_identical']}. Wall time: undisturbed {float(r['wall_undisturbed']):.0f} s, "
+            f"**{float(r['overhead_undisturbed']):+.1%} against ideal** (the recorded runs' wall times over the "
+            f"{r['nodes']} slots; target at most +15% for 1-s trials), disturbed {float(r['wall_disturbed']):.0f} s "
+            f"({float(r['overhead_disturbed']):+.1%} against the nodes left). Problems: {r['problems']}.\n")
+
+
+def write_page() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{PAGE}: no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    PAGE.write_text(head + BEGIN + "\n" + render() + END + rest.split(END, 1)[1], encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000, help="grid cells, one seed each (a multiple of 10)")
@@ -266,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="training steps per trial (300: about 1 s here)")
     ap.add_argument("--kill-frac", type=float, default=0.1, help="trial workers SIGKILLed, a fraction of the trials")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--write", action="store_true", help="store docs/performance/chaos.csv, render docs/ray.md")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="nas-chaos-"))
     try:
@@ -283,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
           "nodes left)")
     for p in got["problems"]:  # type: ignore[union-attr]
         print("problem:", p)
+    if a.write:
+        store(got, a)
+        write_page()
+        print(render())
     ok = (got["lost"] == got["duplicated"] == got["not_once"] == 0 and got["records_identical"]
           and got["leaderboard_identical"] and not got["problems"])
     return 0 if ok else 1
