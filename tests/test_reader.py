@@ -93,3 +93,24 @@ def test_invalid_spec_is_a_run_error_with_file_line_and_key(tmp_path):
     (d / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(RunError, match=r"spec\.yaml:\d+: leaderboard\.tolerance_octaves"):
         read_run(d)
+
+
+def test_config_keys_are_the_keys_runs_were_recorded_under():
+    """`config_keys` makes the configuration plain once for every seed; each key is the hash of the same text as
+    before (json.dumps of {"config", "seed"}), so a resume finds the runs recorded by an older nas_stab."""
+    import hashlib
+    import json
+
+    from conftest import TINY
+
+    from nas_stab.config import config_key, config_keys, loads_spec, resolve
+    from nas_stab.config.load import SEARCHABLE, _drop_added, to_plain
+
+    spec = resolve(loads_spec(TINY), {"model.branches": 2, "train.lr": 0.01})
+    plain = {k: to_plain(getattr(spec, k)) for k in SEARCHABLE}
+    _drop_added(plain, spec)
+    seeds = [0, 7, -3, 123456789]
+    old = [hashlib.sha256(json.dumps({"config": plain, "seed": s}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+           for s in seeds]
+    assert config_keys(spec, seeds) == old == [config_key(spec, s) for s in seeds]
+    assert len(set(old)) == 4

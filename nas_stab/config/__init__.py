@@ -18,6 +18,7 @@ from nas_stab.config.load import (
     Spec,
     check_key,
     config_key,
+    config_keys,
     from_data,
     get_key,
     load_run_spec,
@@ -30,5 +31,5 @@ from nas_stab.config.load import (
 
 __all__ = [
     "Spec", "SEARCHABLE", "load_spec", "loads_spec", "load_run_spec", "from_data", "get_key", "check_key",
-    "resolve", "spec_hash", "config_key", "to_plain",
+    "resolve", "spec_hash", "config_key", "config_keys", "to_plain",
 ]

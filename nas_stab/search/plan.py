@@ -60,14 +60,14 @@ def grid_jobs(spec: Spec, *, resolved: dict | None = None) -> list[Job]:
     With a dict `resolved`, also fills it with {job key: resolved spec}, so the
     runner does not resolve each configuration a second time.
     """
-    from nas_stab.config import config_key, resolve  # deferred: loads PyYAML only when this runs
+    from nas_stab.config import config_keys, resolve  # deferred: loads PyYAML only when this runs
 
     points = spec.space.grid(base_lookup(spec)) if spec.space.dims else [{}]
     jobs = []
     for i, params in enumerate(points):
         r = resolve(spec, params)
-        for seed in spec.seeds:
-            jobs.append(Job(i, seed, params, config_key(r, seed), f"t{i:05d}-s{seed}", r))
+        for seed, key in zip(spec.seeds, config_keys(r, spec.seeds)):
+            jobs.append(Job(i, seed, params, key, f"t{i:05d}-s{seed}", r))
             if resolved is not None:
                 resolved[jobs[-1].key] = r
     return jobs
