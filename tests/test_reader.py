@@ -114,3 +114,15 @@ def test_config_keys_are_the_keys_runs_were_recorded_under():
            for s in seeds]
     assert config_keys(spec, seeds) == old == [config_key(spec, s) for s in seeds]
     assert len(set(old)) == 4
+
+
+def test_a_long_read_says_so_first(tmp_path, monkeypatch, capsys):
+    """A trials.csv over BIG_FILE (32 MiB, about 10^5 records) is announced on stderr before it is read: a command
+    is never silent for a minute."""
+    from nas_stab.store import reader
+
+    (tmp_path / "trials.csv").write_text("trial,seed,status,key\n0,0,complete,k0\n")
+    assert len(read_rows(tmp_path)) == 1 and capsys.readouterr().err == ""
+    monkeypatch.setattr(reader, "BIG_FILE", 10)
+    assert len(read_rows(tmp_path)) == 1
+    assert capsys.readouterr().err == f"reading {tmp_path / 'trials.csv'} (0 MiB; about 10 s per 100 MiB)...\n"

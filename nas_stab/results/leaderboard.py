@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,8 @@ def load_analysis(run_dirs: Iterable[str | Path], *, n_boot: int = 1000, command
         t["_run"] = str(i)
         frames.append(t)
     trials = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
+    if len(trials) >= 100_000:  # tens of seconds at 10^6 records: say so (the read said how large the file is)
+        print(f"analysing {len(trials):,} records ({n_boot}-replicate bootstrap)...", file=sys.stderr, flush=True)
     try:
         a = analyze(trials, cfg, n_boot=n_boot)
     except RunError as e:

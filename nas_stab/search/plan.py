@@ -8,6 +8,7 @@ an executor needs to train a job and report back.
 from __future__ import annotations
 
 import math
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -63,6 +64,8 @@ def grid_jobs(spec: Spec, *, resolved: dict | None = None) -> list[Job]:
     from nas_stab.config import config_keys, resolve  # deferred: loads PyYAML only when this runs
 
     points = spec.space.grid(base_lookup(spec)) if spec.space.dims else [{}]
+    if len(points) > 2000:  # about 1 ms a point: seconds to a minute before the search says anything else
+        print(f"planning {len(points):,} grid points x {len(spec.seeds)} seed(s)...", file=sys.stderr, flush=True)
     jobs = []
     for i, params in enumerate(points):
         r = resolve(spec, params)

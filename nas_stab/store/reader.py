@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -94,6 +95,7 @@ class Run:
         check_regular(tpath, "trials.csv")  # a link to /dev/zero, a FIFO: one line, never read
         if not tpath.is_file():
             raise RunError(f"{tpath}: missing; no trial has been recorded in this run yet")
+        announce_big(tpath, "reading")
         # values as the run wrote them (csvsafe.py); a key or run id is text even when its characters are digits
         trials = unescape_frame(read_table(tpath, "empty file; no trial has been recorded", dtype={"key": str, "run_id": str}))
         if trials.empty:
@@ -108,6 +110,20 @@ class Run:
     def history(self, run_id: Any, *, nrows: int | None = None) -> pd.DataFrame | None:
         """One trained run's step history (see `history_frame`)."""
         return history_frame(self.path / HISTORY, run_id, nrows=nrows)
+
+
+BIG_FILE = 32 << 20  # bytes: a trials.csv this large (about 10^5 records) takes seconds to read, and says so first
+
+
+def announce_big(path: Path, doing: str) -> None:
+    """One line on stderr before a long read: `path` is over BIG_FILE (a command that would otherwise be silent
+    for a minute at 10^6 records says what it is doing)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return
+    if size > BIG_FILE:
+        print(f"{doing} {path} ({size >> 20:,} MiB; about 10 s per 100 MiB)...", file=sys.stderr, flush=True)
 
 
 def read_table(path: Path, empty: str = "empty file, not a CSV table", **kwargs: Any) -> pd.DataFrame:
@@ -271,6 +287,7 @@ def iter_rows(run_dir: str | Path, log: Callable[[str], None] | None = None, *, 
     check_regular(p, "trials.csv")
     if not p.exists():
         return
+    announce_big(p, "reading")
     keep = None if columns is None else {*columns, "key", "status", "run_id"}
     cut: list[bool] = []
     with open(p, encoding="utf-8", errors="replace", newline="") as f:
