@@ -28,7 +28,7 @@ def test_the_release_is_what_leaderboards_gives():
 
 
 def test_verify_passes_and_catches_a_changed_file(tmp_path, monkeypatch):
-    assert set(bench.verify()) == {"runs.parquet", "tables.parquet"}
+    assert set(bench.verify()) == {"runs.parquet", "tables.parquet", *(f"history/{t}.parquet" for t in bench.history_tables())}
     copy = tmp_path / "data"
     shutil.copytree(bench.DATA, copy)
     raw = bytearray((copy / "runs.parquet").read_bytes())
@@ -125,3 +125,41 @@ def test_the_bench_command(tmp_path):
     assert r.returncode == 0 and "match the manifest" in r.stdout
     r = run_cli("bench", "query", "model.widht=3")
     assert r.returncode == 2 and "did you mean 'model.width'" in r.stderr
+
+
+def test_histories_are_the_runs_own_steps():
+    """The stored per-step histories (from the run directories that trained the tables) belong to the runs the
+    release holds, and each run's last logged training loss and validation accuracy are its published record's."""
+    held = bench.history_tables()
+    assert {"width-heldout", "depth-heldout", "width-readout", "width-umup"} <= set(held)
+    for table, info in held.items():
+        steps = bench.history(table=table)
+        runs = bench.query(table=table).set_index("key")
+        assert steps["key"].nunique() == info["runs"] and len(steps) == info["rows"] and set(steps["key"]) <= set(runs.index)
+        last = steps.sort_values(["key", "step"]).groupby("key")[["train_loss", "val_acc"]].agg(
+            lambda x: x.dropna().iloc[-1] if x.notna().any() else float("nan"))
+        done = runs.loc[last.index][runs.loc[last.index, "status"] == "complete"]
+        assert len(done) > 0.5 * len(last), table
+        for col in ("train_loss", "val_acc"):
+            assert (last.loc[done.index, col] - done[col]).abs().max() <= 1e-5 * (1 + done[col].abs().max()), (table, col)
+    assert bench.history(table="pathbn").empty  # a table whose run directories are gone: no steps, none invented
+
+
+def test_the_bench_history_command(tmp_path):
+    out = tmp_path / "steps.csv"
+    r = run_cli("bench", "history", "table=width-heldout", "model.width=256", "seed=105", "--out", out)
+    assert r.returncode == 0, r.stderr
+    steps = pd.read_csv(out)
+    assert steps["run_id"].nunique() == 16 and steps.groupby("run_id")["step"].max().eq(600).all()
+    r = run_cli("bench", "history", "table=width-heldout", "model.width=256", "seed=105")
+    assert r.returncode == 0 and "16 run(s)" in r.stderr and "t05001-s105" in r.stdout
+
+
+def test_the_history_figures_in_the_docs_are_the_manifests():
+    """docs/bench.md's count of runs with histories, their steps and their size come from the release."""
+    held = bench.history_tables()
+    runs, steps = sum(i["runs"] for i in held.values()), sum(i["rows"] for i in held.values())
+    size = sum((bench.DATA / "history" / f"{t}.parquet").stat().st_size for t in held)
+    text = " ".join((ROOT / "docs" / "bench.md").read_text().split())
+    assert f"{runs:,} runs, about {steps / 1e6:.1f} million logged steps, {size / 1e6:.0f} MB of Parquet" in text
+    assert f"histories of the four held-out controls' {runs:,} runs" in text and len(held) == 4

@@ -69,3 +69,26 @@ def test_an_optuna_sampler_is_served_from_the_table_too(tmp_path):
     assert len(both) == len(replayed)
     assert (both["status"] == both["status_rec"]).all()
     assert ((both["train_loss"] - both["train_loss_rec"]).abs().fillna(0) < 1e-9).all()
+
+
+def test_a_replayed_run_gets_its_stored_history(tmp_path):
+    """Where the release stores a table's histories (width-heldout), a replayed run's history file is the run's own
+    steps: its last logged training loss is its record's, and its steps run to the record's."""
+    import yaml
+
+    d = yaml.safe_load((ROOT / "spaces" / "published" / "width-heldout.yaml").read_text())
+    d.update(name="replay-history", seeds=[105, 106], search={"sampler": "grid", "objective": "train_loss_tail"},
+             space={"model.width": [256, 512], "model.parametrization": ["mup"], "model.readout_zero_init": [True],
+                    "train.lr": [0.0016, 0.0032, 0.0064]},
+             leaderboard={**d["leaderboard"], "reference": 256})
+    spec = tmp_path / "replay.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = run_cli("run", spec, "--set", "runner.kind=table", "--set", "runner.table=width-heldout", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = tmp_path / "replay-history"
+    rows = pd.read_csv(run / "trials.csv")
+    assert len(rows) == 12
+    for _, row in rows.iterrows():
+        h = pd.read_csv(run / "history" / f"{row['run_id']}.csv")
+        assert h["step"].iloc[-1] == row["steps"] == 600
+        assert abs(h["train_loss"].dropna().iloc[-1] - row["train_loss"]) < 1e-5

@@ -7,8 +7,10 @@ release (Parquet files and a manifest of content hashes; `build.py` makes it fro
     bench.query(table="width-heldout", **{"model.parametrization": "mup", "model.width": 256}, seed=3)
     bench.tables()                                        # one row per run file: its table, spec, commit, command
     bench.verify()                                        # the files against the manifest (raises if one differs)
+    bench.history(table="width-heldout", seed=105)        # per-step histories of the runs a query selects
 
-From the shell: ``nas-stab bench tables``, ``nas-stab bench query table=pathbn model.depth=30``, ``nas-stab bench verify``.
+From the shell: ``nas-stab bench tables``, ``nas-stab bench query table=pathbn model.depth=30``, ``nas-stab bench verify``,
+``nas-stab bench history table=width-heldout model.width=256 --out steps.csv``.
 """
 from __future__ import annotations
 
@@ -103,6 +105,39 @@ def query(**filters: Any) -> pd.DataFrame:
     for k, v in filters.items():
         keep &= _mask(k.replace("__", "."), v)
     return runs.iloc[np.flatnonzero(keep)].copy()
+
+
+def history_tables() -> dict[str, dict[str, int]]:
+    """The tables whose runs' per-step histories the release holds: {table: {"runs": n, "rows": steps}}."""
+    return dict(manifest().get("history", {}))
+
+
+def history(**filters: Any) -> pd.DataFrame:
+    """The per-step histories (docs/run-directory.md, history/) of the runs `query(**filters)` selects, one long frame:
+    table, key, run_id, step, then the history's columns (training loss, lr, each stability metric at its snapshots,
+    validation metrics at their evaluations; float32). Runs whose table has no stored history are left out
+    (`history_tables`); nothing is ever interpolated or filled."""
+    runs = query(**filters)
+    held = history_tables()
+    frames = []
+    for table, keys in runs.groupby("table")["key"]:
+        if table in held:
+            h = _history(str(table))
+            frames.append(h[h["key"].isin(set(keys))].assign(table=table))
+    if not frames:
+        return pd.DataFrame(columns=["table", "key", "run_id", "step"])
+    out = pd.concat(frames, ignore_index=True, sort=False)
+    return out[["table", *[c for c in out.columns if c != "table"]]].dropna(axis=1, how="all")
+
+
+@functools.cache
+def _history(table: str) -> pd.DataFrame:
+    return pd.read_parquet(DATA / "history" / f"{table}.parquet")
+
+
+def table_history(table: str) -> pd.DataFrame | None:
+    """Every stored step of one table's runs (key, run_id, step, columns), or None when the release holds none of it."""
+    return _history(table) if table in history_tables() else None
 
 
 def verify() -> dict[str, str]:

@@ -182,9 +182,12 @@ def _add_conform(sub: argparse._SubParsersAction) -> None:
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     """nas-stab bench: the published runs as a dataset (nas_stab.bench; docs/bench.md)."""
-    b = sub.add_parser("bench", help="the published runs as a dataset: tables, query KEY=VALUE ..., verify, fields")
-    b.add_argument("what", choices=("tables", "query", "verify", "fields"))
-    b.add_argument("filters", nargs="*", metavar="KEY=VALUE", help="query: a field and its value (model.width=128 table=pathbn)")
+    b = sub.add_parser("bench", help="the published runs as a dataset: tables, query KEY=VALUE ..., history KEY=VALUE ..., "
+                                     "verify, fields")
+    b.add_argument("what", choices=("tables", "query", "history", "verify", "fields"))
+    b.add_argument("filters", nargs="*", metavar="KEY=VALUE",
+                   help="query, history: a field and its value (model.width=128 table=pathbn)")
+    b.add_argument("--out", help="history: write the steps to this CSV file (default: a summary per run on stdout)")
     b.add_argument("--columns", help="query: the fields to print, comma-separated (default: a short set)")
     b.add_argument("--format", choices=("table", "csv"), default="table", help="query: a readable table or CSV for a pipe")
     b.set_defaults(func=cmd_bench)

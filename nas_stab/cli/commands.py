@@ -234,6 +234,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bad:
         raise SpecError(f"expected KEY=VALUE, got {' '.join(bad)}", key="bench query")
     filters = {k: number_or_text(v) for k, v in (f.split("=", 1) for f in args.filters)}
+    if args.what == "history":
+        return _bench_history(bench.history(**filters), args.out, bench.history_tables())
     found = bench.query(**filters)
     cols = [c.strip() for c in args.columns.split(",")] if args.columns else \
         [c for c in dict.fromkeys([*BENCH_COLUMNS[:2], *filters, *BENCH_COLUMNS[2:]]) if c in found.columns]
@@ -245,6 +247,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         print(found[cols].to_string(index=False) if len(found) else "(no run)")
         print(f"{len(found)} run(s)", file=sys.stderr)
+    return 0
+
+
+def _bench_history(steps: typing.Any, out: str | None, held: dict) -> int:
+    """`nas-stab bench history`: the steps to a CSV file (`--out`), or one line per run: its steps and last values."""
+    if steps.empty:
+        print(f"(no history: the release holds the histories of {', '.join(held) or 'no table'})", file=sys.stderr)
+        return 0
+    if out:
+        steps.to_csv(out, index=False)
+        print(f"{steps['key'].nunique()} run(s), {len(steps):,} steps: {out}", file=sys.stderr)
+        return 0
+    show = [c for c in ("train_loss", "val_loss", "val_acc", "fwd_ratio", "update_ratio") if c in steps.columns]
+    last = steps.groupby(["table", "run_id", "key"], sort=False).agg(steps=("step", "max"), **{
+        c: (c, lambda x: x.dropna().iloc[-1] if x.notna().any() else float("nan")) for c in show})
+    print(last.reset_index().to_string(index=False))
+    print(f"{len(last)} run(s) (the last value of each column; --out FILE for every step)", file=sys.stderr)
     return 0
 
 

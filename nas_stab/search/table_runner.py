@@ -5,17 +5,19 @@ experiment in seconds. A run the table does not hold is an error naming it, neve
 
 A job's record is the one row of the table's run file (`runner.table_file`, default trials) whose searched keys
 equal the job's (numbers to 1e-6 relative) and whose seed is the job's. Its status, metrics, steps and times are
-the record's; its history is not kept by the release, so the replayed run has none.
+the record's; so is its history, where the release stores the table's (`nas_stab.bench.history_tables`): its
+steps as they were logged (a replayed run of a table without stored histories has none).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 import pandas as pd
 
-from nas_stab.bench import load, manifest
+from nas_stab.bench import load, manifest, table_history
 from nas_stab.config.schema import Spec
 from nas_stab.errors import RunError
 from nas_stab.search.driver import Driver
@@ -60,6 +62,20 @@ class FromTable(Executor):
         self.keys = list(spec.space.keys)
         self.columns = {k: runs[k].to_numpy() for k in [*self.keys, "seed"]}
 
+    @functools.cached_property
+    def _steps(self) -> tuple[pd.DataFrame, dict[Any, Any]] | None:
+        """The table's stored histories and the rows of each run (by key), or None without them."""
+        h = table_history(str(self.spec.runner.table))
+        return None if h is None else (h.drop(columns=["key", "run_id"]), h.groupby("key").indices)
+
+    def history(self, key: str) -> list[dict[str, float]]:
+        """A recorded run's steps as the run logged them (the empty cells left out); [] when the release has none."""
+        if self._steps is None or key not in self._steps[1]:
+            return []
+        steps, rows = self._steps
+        return [{k: (int(v) if k == "step" else float(v)) for k, v in rec.items() if v == v}
+                for rec in steps.iloc[rows[key]].to_dict("records")]
+
     @property
     def idle(self) -> int:
         return 1_000_000  # answering costs nothing: the driver may hand every startable run at once
@@ -96,7 +112,7 @@ class FromTable(Executor):
                          wall_s=float(_value(r.get("wall_s")) or 0.0), train_s=float(_value(r.get("train_s")) or 0.0),
                          measure_s=float(_value(r.get("measure_s")) or 0.0),
                          diverged_step=int(r["diverged_step"]) if _value(r.get("diverged_step")) is not None else None,
-                         error=str(_value(r.get("error")) or ""))
+                         error=str(_value(r.get("error")) or ""), history=self.history(str(r["key"])))
 
 
 def _equal(col: np.ndarray, want: Any) -> np.ndarray:
