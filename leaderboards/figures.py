@@ -207,7 +207,7 @@ def untagged(text: str) -> list[tuple[int, str]]:
     blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731  (keeps line numbers)
     text = re.sub(r"^ {4}.*$", blank, text, flags=re.M)  # indented code (before the blanks below indent prose)
     text = re.sub(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", blank, text, flags=re.S)
-    text = re.sub(r"<!-- ([a-z ]+): begin -->.*?<!-- \1: end -->", blank, text, flags=re.S)  # the benchmarks' tables
+    text = re.sub(r"<!-- ([a-z_ .-]+): begin -->.*?<!-- \1: end -->", blank, text, flags=re.S)  # the benchmarks' tables
     text = re.sub(r"<!--fig [^>]*?-->.*?<!--/fig-->", blank, text, flags=re.S)
     text = re.sub(r"<!--quote [^>]*?-->.*?<!--/quote-->", blank, text, flags=re.S)
     text = re.sub(r"(?:Sections?|section|§|Appendix|Eq\.|Equations?|Theorem|Lemma|Proposition|Corollary|Definition)"
