@@ -64,3 +64,21 @@ def test_tensorboard_off_and_rebuilt_by_the_command(tmp_path):
     r = run_cli("tensorboard", d)
     assert r.returncode == 0, r.stderr
     assert "4 runs" in r.stdout and len(list((d / "tensorboard").iterdir())) == 4
+
+
+def test_a_history_longer_than_any_nas_stab_writes_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A history file far longer than nas_stab logs (at most about 1,000 steps a run; the cap is 100,000 rows, 60
+    here) is not exported for minutes without a word: one line naming it, exit 2, the half-written logs removed."""
+    from nas_stab.cli import main
+    from nas_stab.trackers import tensorboard
+
+    d = _run(TINY + "logging: {tensorboard: false}\n", tmp_path)
+    run_id = _rows(d)[0]["run_id"]
+    h = d / "history" / f"{run_id}.csv"
+    lines = h.read_text().splitlines()
+    h.write_text("\n".join(lines + [lines[-1]] * 100) + "\n")
+    monkeypatch.setattr(tensorboard, "HISTORY_CAP", 60)
+    assert main(["tensorboard", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "more than 60 rows" in err and run_id in err and "Traceback" not in err, err
+    assert not any(p.name.startswith(run_id) for p in (d / "tensorboard").iterdir())

@@ -35,6 +35,9 @@ from nas_stab.store.reader import HISTORY, TRIALS_CSV, is_run_id, iter_history_r
 
 TB_DIR = "tensorboard"
 _SKIP = {"step"}
+# rows of one run's history: nas_stab logs at most about 1,000 training steps a run (train.loop: total // 1000) plus
+# its snapshots and validations, so a longer file is not one it wrote, and exporting it would take minutes unannounced
+HISTORY_CAP = 100_000
 
 
 def _num(v: Any) -> float | None:
@@ -117,7 +120,10 @@ def _write(out: Path, row: dict, history: Iterable[dict], searched: list[str], t
     task_metrics = set(metrics.TASK_METRICS[task_kind])
     w = SummaryWriter(log_dir=str(out), max_queue=10_000, flush_secs=3600)
     try:
-        for h in history:
+        for n, h in enumerate(history, 1):
+            if n > HISTORY_CAP:
+                raise RunError(f"{out.name}: its history file has more than {HISTORY_CAP:,} rows; nas_stab logs at most "
+                               "about 1,000 steps a run, so it did not write this one: move it aside (history/<run_id>.csv)")
             step = _num(h.get("step"))
             if step is None:
                 continue
