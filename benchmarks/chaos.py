@@ -15,7 +15,7 @@ Then prints: runs lost (grid cells without a record; must be 0), runs duplicated
 and Optuna's trial numbers aside) and its leaderboard.csv are identical to the undisturbed one's, and both
 searches' overhead against ideal (target <= 15% for 1-s trials, undisturbed).
 
-    python benchmarks/chaos.py --trials 1000 --nodes 3 [--steps 300] [--kill-frac 0.1] [--seed 0] [--write]
+    python benchmarks/chaos.py --trials 1000 --nodes 3 [--steps 600] [--kill-frac 0.1] [--seed 0] [--write]
 
 `--write` stores the figures in docs/performance/chaos.csv and renders the paragraph of docs/ray.md from it. The
 slow suite runs a reduced version (tests/test_chaos.py). Not a timed test.
@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAOS_CSV = ROOT / "docs" / "performance" / "chaos.csv"
 PAGE = ROOT / "docs" / "ray.md"
 BEGIN, END = "<!-- chaos.py: begin -->", "<!-- chaos.py: end -->"
+STALL_S = 300  # seconds without a finished run after which the disturbed search is declared hung
 TIMING = ("wall_s", "train_s", "measure_s", "optuna_trial")  # trials.csv columns allowed to differ between runs
 
 
@@ -151,9 +152,16 @@ def n_records(run_dir: Path) -> int:
     return max(0, len(p.read_bytes().splitlines()) - 1) if p.exists() else 0
 
 
-def nas_stab(*args: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nas_stab.cli", *args], env=dict(os.environ, **env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def nas_stab(*args: str, env: dict, log: Path) -> subprocess.Popen:
+    """`nas-stab ARGS` in a process of its own, its stderr appended to `log` (a pipe nobody reads while it runs would
+    fill and block the driver's progress lines: the first version of this script hung a search that way)."""
+    with open(log, "a") as err:
+        return subprocess.Popen([sys.executable, "-m", "nas_stab.cli", *args], env=dict(os.environ, **env),
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:] if log.exists() else ""
 
 
 @dataclass
@@ -165,19 +173,38 @@ class Chaos:
     driver_killed_at: int = -1
     drivers: int = 0
     log: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None  # the driver running now
 
 
 def disturbed(c: Cluster, spec: Path, out: Path, trials: int, kill_frac: float, rng: random.Random) -> tuple[Chaos, float]:
     """Run the search while killing workers, a node and the driver (once each, the driver then restarted)."""
     chaos = Chaos()
-    d = out / "chaos"
     kills_at = sorted(rng.sample(range(1, trials), max(0, round(kill_frac * trials))))
     node_at, driver_at = int(0.4 * trials), int(0.6 * trials)
+    log = out.parent / f"{out.name}.stderr"
     t0 = time.perf_counter()
-    proc = nas_stab("run", str(spec), "--out", str(out), env=c.env)
+    chaos.proc = nas_stab("run", str(spec), "--out", str(out), env=c.env, log=log)
     chaos.drivers = 1
+    try:
+        return _disturb(c, spec, out, log, chaos, kills_at, node_at, driver_at, rng), time.perf_counter() - t0
+    finally:
+        if chaos.proc.poll() is None:  # stopped from outside (a signal to this script): no driver left behind
+            _kill(chaos.proc.pid)
+
+
+def _disturb(c: Cluster, spec: Path, out: Path, log: Path, chaos: Chaos, kills_at: list[int], node_at: int,
+             driver_at: int, rng: random.Random) -> Chaos:
+    d = out / "chaos"
+    last, since = -1, time.monotonic()
     while True:
+        proc = chaos.proc
+        assert proc is not None
         done = n_records(d)
+        if done != last:
+            last, since = done, time.monotonic()
+        elif time.monotonic() - since > STALL_S:  # a hang is a finding, not a wait forever
+            chaos.log.append(f"no run finished for {STALL_S} s at {done} records: the search hung; stderr: {_tail(log)}")
+            return chaos
         while kills_at and done >= kills_at[0]:
             kills_at.pop(0)
             workers = c.trial_workers()
@@ -193,23 +220,21 @@ def disturbed(c: Cluster, spec: Path, out: Path, trials: int, kill_frac: float, 
             _kill(proc.pid)
             proc.wait()
             chaos.driver_killed_at = done
-            proc = nas_stab("run", str(spec), "--out", str(out), env=c.env)
+            proc = chaos.proc = nas_stab("run", str(spec), "--out", str(out), env=c.env, log=log)
             chaos.drivers += 1
         if proc.poll() is not None:
-            err = proc.stderr.read() if proc.stderr else ""
             if proc.returncode not in (0, 1):
-                chaos.log.append(f"driver exited {proc.returncode}: {err[-2000:]}")
-            break
+                chaos.log.append(f"driver exited {proc.returncode}: {_tail(log)}")
+            return chaos
         time.sleep(0.05)
-    return chaos, time.perf_counter() - t0
 
 
 def undisturbed(c: Cluster, spec: Path, out: Path) -> float:
+    log = out.parent / f"{out.name}.stderr"
     t0 = time.perf_counter()
-    proc = nas_stab("run", str(spec), "--out", str(out), env=c.env)
-    err = proc.stderr.read() if proc.stderr else ""
+    proc = nas_stab("run", str(spec), "--out", str(out), env=c.env, log=log)
     if proc.wait() not in (0, 1):
-        sys.exit(f"the undisturbed search exited {proc.returncode}:\n{err[-3000:]}")
+        sys.exit(f"the undisturbed search exited {proc.returncode}:\n{_tail(log)}")
     return time.perf_counter() - t0
 
 
@@ -302,11 +327,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000, help="grid cells, one seed each (a multiple of 10)")
     ap.add_argument("--nodes", type=int, default=3, help="Ray nodes on loopback, 1 CPU each (>= 3)")
-    ap.add_argument("--steps", type=int, default=300, help="training steps per trial (300: about 1 s here)")
+    ap.add_argument("--steps", type=int, default=600, help="training steps per trial (600: about 1 s here)")
     ap.add_argument("--kill-frac", type=float, default=0.1, help="trial workers SIGKILLed, a fraction of the trials")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true", help="store docs/performance/chaos.csv, render docs/ray.md")
     a = ap.parse_args(argv)
+
+    def stop(*_: object) -> None:  # SIGTERM (and SIGINT, ignored in a background job): the cluster is stopped first
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     tmp = Path(tempfile.mkdtemp(prefix="nas-chaos-"))
     try:
         got = run(a.trials, a.nodes, a.steps, a.kill_frac, a.seed, tmp)
