@@ -92,3 +92,23 @@ def test_a_replayed_run_gets_its_stored_history(tmp_path):
         h = pd.read_csv(run / "history" / f"{row['run_id']}.csv")
         assert h["step"].iloc[-1] == row["steps"] == 600
         assert abs(h["train_loss"].dropna().iloc[-1] - row["train_loss"]) < 1e-5
+
+
+def test_a_transfer_search_is_served_from_the_table_too(tmp_path):
+    """A transfer search (outer trials sample the aggregation, each trains every size x lr x seed of the grid)
+    replayed against the archived stam-branches grid: every inner run is the table's record, so each sampled row's
+    point estimates are the table's own (its intervals and verdicts follow today's rules)."""
+    spec = ROOT / "spaces" / "published" / "stam-branches.yaml"
+    r = run_cli("run", spec, "--set", "runner.kind=table", "--set", "runner.table=stam-branches", "--set",
+                "search.sampler=random", "--set", "search.trials=3", "--set", "search.transfer={}", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = tmp_path / "stam-branches"
+    runs = pd.read_csv(d / "trials.csv")
+    assert runs["outer_trial"].notna().all() and runs.groupby("model.aggregation").size().eq(42).all()
+    r = run_cli("leaderboard", d, "--format", "csv")
+    assert r.returncode == 0, r.stderr[-2000:]
+    mine = pd.read_csv(d / "leaderboard.csv").set_index("label")
+    table = pd.read_csv(ROOT / "leaderboards" / "archive" / "stam-branches" / "leaderboard.csv", comment="#").set_index("label")
+    cols = ["transfer_regret", "worst_regret", "lr_drift", "best"]
+    assert len(mine) >= 1
+    pd.testing.assert_frame_equal(mine[cols], table.loc[mine.index, cols], check_dtype=False)
