@@ -262,7 +262,20 @@ def compare(ref: Path, dis: Path, cells: int) -> dict[str, object]:
                               key=lambda r: int(r["trial"]))
     return {"lost": cells - len(per_cell), "duplicated": len(b) - len(per_cell),
             "not_once": sum(1 for n in per_cell.values() if n != 1) + cells - len(per_cell),
-            "records_identical": strip(a) == strip(b)}
+            "records_identical": strip(a) == strip(b), "differences": differences(a, b)}
+
+
+def differences(ref: list[dict[str, str]], dis: list[dict[str, str]], show: int = 5) -> str:
+    """How the disturbed search's records differ from the undisturbed one's (timing aside): how many records, which
+    columns, and the first few values, by run id; empty when they agree."""
+    by_id = {r["run_id"]: r for r in ref}
+    diff = [(r["run_id"], k, by_id[r["run_id"]].get(k), v) for r in dis if r["run_id"] in by_id
+            for k, v in r.items() if k not in TIMING and by_id[r["run_id"]].get(k) != v]
+    if not diff:
+        return ""
+    runs, cols = sorted({d[0] for d in diff}), sorted({d[1] for d in diff})
+    return (f"{len(runs)} record(s) differ in {', '.join(cols)}; e.g. "
+            + "; ".join(f"{rid} {k}: {a!r} -> {b!r}" for rid, k, a, b in diff[:show]))
 
 
 def run(trials: int, nodes: int, steps: int, kill_frac: float, seed: int, tmp: Path) -> dict[str, object]:
@@ -308,8 +321,9 @@ def render() -> str:
             f"{r['workers_killed']} trial workers SIGKILLed, one node removed ({r['node_removed']}), the driver SIGKILLed "
             f"at {r['driver_killed_at']} records and resumed. **Runs lost {r['lost']}, duplicated {r['duplicated']}, "
             f"grid cells recorded other than exactly once {r['not_once']}**; trials.csv identical to the undisturbed "
-            f"search's (timing aside): {r['records_identical']}; leaderboard.csv byte-identical: "
-            f"{r['leaderboard_identical']}. Wall time: undisturbed {float(r['wall_undisturbed']):.0f} s, "
+            f"search's (timing aside): {r['records_identical']}"
+            + (f" ({r['differences']})" if r.get("differences") else "")
+            + f"; leaderboard.csv byte-identical: {r['leaderboard_identical']}. Wall time: undisturbed {float(r['wall_undisturbed']):.0f} s, "
             f"**{float(r['overhead_undisturbed']):+.1%} against ideal** (the recorded runs' wall times over the "
             f"{r['nodes']} slots; target at most +15% for 1-s trials), disturbed {float(r['wall_disturbed']):.0f} s "
             f"({float(r['overhead_disturbed']):+.1%} against the nodes left). Problems: {r['problems']}.\n")
@@ -331,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-frac", type=float, default=0.1, help="trial workers SIGKILLed, a fraction of the trials")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true", help="store docs/performance/chaos.csv, render docs/ray.md")
+    ap.add_argument("--clean", action="store_true", help="remove the run directories even when the searches disagree")
     a = ap.parse_args(argv)
 
     def stop(*_: object) -> None:  # SIGTERM (and SIGINT, ignored in a background job): the cluster is stopped first
@@ -339,16 +354,22 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     tmp = Path(tempfile.mkdtemp(prefix="nas-chaos-"))
+    got: dict[str, object] = {}
     try:
         got = run(a.trials, a.nodes, a.steps, a.kill_frac, a.seed, tmp)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if got.get("records_identical") and got.get("leaderboard_identical") or a.clean:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept for a look: {tmp} (ref/ undisturbed, dis/ disturbed; --clean removes it)")
     print(f"workers SIGKILLed {got['workers_killed']}; node removed: {got['node_removed'] or 'none'}; driver SIGKILLed "
           f"at {got['driver_killed_at']} records, {got['drivers']} driver processes")
     print(f"runs lost {got['lost']} (must be 0); duplicated {got['duplicated']} (0); grid cells recorded other than "
           f"exactly once {got['not_once']} (0)")
     print(f"trials.csv identical to the undisturbed run (timing aside): {got['records_identical']}; "
           f"leaderboard.csv byte-identical: {got['leaderboard_identical']}")
+    if got["differences"]:
+        print(f"  records that differ: {got['differences']}")
     print(f"wall: undisturbed {got['wall_undisturbed']:.0f} s (overhead against ideal {got['overhead_undisturbed']:+.1%}, "
           f"target <= +15%), disturbed {got['wall_disturbed']:.0f} s ({got['overhead_disturbed']:+.1%} against the "
           "nodes left)")
