@@ -2,8 +2,8 @@
 lost; the Optuna study agrees with trials.csv (a run recorded complete is complete in the study), and the rerun
 resumes and finishes the search without training a recorded run twice.
 
-Through a real `nas-stab run` process: the local runner one run at a time, the local pool (runner.concurrency 2) and,
-in the slow suite, the Ray runner."""
+Through a real `nas-stab run` process: the local runner one run at a time in the default suite; the local pool
+(runner.concurrency 2), the other signal and the Ray runner in the slow suite."""
 from __future__ import annotations
 
 import csv
@@ -65,7 +65,8 @@ def _interrupt(spec_path: Path, out: Path, sig: signal.Signals, extra: tuple[str
 
 
 @pytest.mark.parametrize(("concurrency", "sig"), [
-    pytest.param(1, signal.SIGINT, id="local-SIGINT"), pytest.param(2, signal.SIGTERM, id="pool-SIGTERM"),
+    pytest.param(1, signal.SIGINT, id="local-SIGINT"),
+    pytest.param(2, signal.SIGTERM, id="pool-SIGTERM", marks=pytest.mark.slow),
     pytest.param(1, signal.SIGTERM, id="local-SIGTERM", marks=pytest.mark.slow),  # (also tests/test_progress.py)
     pytest.param(2, signal.SIGINT, id="pool-SIGINT", marks=pytest.mark.slow)])
 def test_a_signal_stops_the_search_and_the_rerun_finishes_it(tmp_path, concurrency, sig):
