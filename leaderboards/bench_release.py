@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nas_stab.bench import DATA  # noqa: E402
-from nas_stab.bench.build import HISTORY_DIR, SCHEMA_VERSION, build, content_hash, file_hash, history_frame  # noqa: E402
+from nas_stab.bench.build import HISTORY_DIR, SCHEMA_VERSION, build, content_hash, file_hash  # noqa: E402
+from nas_stab.store.reader import HISTORY, iter_rows  # noqa: E402
 
 RELEASE = "2026.11.29.2"  # the release version: bumped (with a line in docs/bench.md, Releases) when a published run changes
 
@@ -75,6 +76,29 @@ def store_history(table: str, run_dirs: list[Path], runs: pd.DataFrame) -> None:
     (DATA / HISTORY_DIR).mkdir(exist_ok=True)
     frame.to_parquet(DATA / HISTORY_DIR / f"{table}.parquet", index=False, compression="zstd", compression_level=9)
     print(f"{table}: histories of {frame['key'].nunique()} of its {len(keys)} runs, {len(frame):,} steps")
+
+
+def history_frame(run_dirs: list[Path], keys: set[str]) -> pd.DataFrame:
+    """The step histories (`<run dir>/history/<run_id>.csv`) of the runs in `run_dirs` whose key is in `keys` (a
+    published table's runs), one long frame: key, run_id, step, then every history column as float32 (the files
+    hold 6 significant digits). A run without its history file is left out."""
+    frames = []
+    for d in run_dirs:
+        for r in iter_rows(d, columns=("key", "run_id")):
+            p = Path(d) / HISTORY / f"{r['run_id']}.csv"
+            if r["key"] not in keys or not p.is_file():
+                continue
+            h = pd.read_csv(p)
+            h.insert(0, "run_id", r["run_id"])
+            h.insert(0, "key", r["key"])
+            frames.append(h)
+    if not frames:
+        return pd.DataFrame(columns=["key", "run_id", "step"])
+    out = pd.concat(frames, ignore_index=True, sort=False)
+    metrics = [c for c in out.columns if c not in ("key", "run_id", "step")]
+    out[metrics] = out[metrics].astype("float32")
+    out["step"] = out["step"].astype("int64")
+    return out.drop_duplicates(["key", "step"]).reset_index(drop=True)
 
 
 def _history_info(path: Path) -> dict[str, int]:

@@ -182,28 +182,3 @@ def file_hash(path: Path) -> str:
 
 
 HISTORY_DIR = "history"  # nas_stab/bench/data/history/<table>.parquet: the per-step histories of a table's runs
-
-
-def history_frame(run_dirs: list[Path], keys: set[str]) -> pd.DataFrame:
-    """The step histories (`<run dir>/history/<run_id>.csv`) of the runs in `run_dirs` whose key is in `keys` (a
-    published table's runs), one long frame: key, run_id, step, then every history column as float32 (the files
-    hold 6 significant digits). A run without its history file is left out."""
-    from nas_stab.store.reader import HISTORY, iter_rows
-
-    frames = []
-    for d in run_dirs:
-        for r in iter_rows(d, columns=("key", "run_id")):
-            p = Path(d) / HISTORY / f"{r['run_id']}.csv"
-            if r["key"] not in keys or not p.is_file():
-                continue
-            h = pd.read_csv(p)
-            h.insert(0, "run_id", r["run_id"])
-            h.insert(0, "key", r["key"])
-            frames.append(h)
-    if not frames:
-        return pd.DataFrame(columns=["key", "run_id", "step"])
-    out = pd.concat(frames, ignore_index=True, sort=False)
-    metrics = [c for c in out.columns if c not in ("key", "run_id", "step")]
-    out[metrics] = out[metrics].astype("float32")
-    out["step"] = out["step"].astype("int64")
-    return out.drop_duplicates(["key", "step"]).reset_index(drop=True)

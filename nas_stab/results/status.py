@@ -24,23 +24,7 @@ def status_text(run_dir: Path) -> str:
     run = read_run(run_dir)
     spec = run.spec
     mode = search_mode(spec)
-    counts = {s: 0 for s in metrics.STATUSES}
-    used = 0.0
-    best = None
-    keys: list[str] = []  # adaptive seeds: which runs of the current batch are recorded
-    maximize = metrics.direction(spec.search.objective) == "maximize"
-    # one pass over trials.csv, as it is read, keeping only what this page shows (a million records: no copy of them)
-    for r in iter_rows(run.path, columns=("wall_s", "objective", "trial", "seed", *spec.space.keys)):
-        counts[r["status"]] += 1
-        if mode.adaptive:
-            keys.append(r["key"])
-        try:
-            used += float(r.get("wall_s") or 0)
-            v = float(r.get("objective", ""))
-        except (TypeError, ValueError):
-            continue
-        if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
-            best = (v, r)
+    counts, used, best, keys = _tally(run, keep_keys=mode.adaptive)
     done = sum(counts.values())
     trials = spec.search.trials  # required (validated) unless the sampler is grid or bracket
     if mode.brackets or mode.adaptive:  # the total is decided as results come in
@@ -101,6 +85,29 @@ def status_text(run_dir: Path) -> str:
         lines.append(f"  {why}")
     lines += [f"  watch: {c}" for c in watch_commands(spec, run_dir)]
     return "\n".join(lines)
+
+
+def _tally(run: Run, *, keep_keys: bool) -> tuple[dict[str, int], float, tuple[float, dict] | None, list[str]]:
+    """One pass over trials.csv as it is read, keeping only what the page shows (a million records: no copy of them):
+    runs by status, wall time used, the best single complete run (value, record), and with `keep_keys` every key."""
+    spec = run.spec
+    counts = {s: 0 for s in metrics.STATUSES}
+    used = 0.0
+    best: tuple[float, dict] | None = None
+    keys: list[str] = []  # adaptive seeds: which runs of the current batch are recorded
+    maximize = metrics.direction(spec.search.objective) == "maximize"
+    for r in iter_rows(run.path, columns=("wall_s", "objective", "trial", "seed", *spec.space.keys)):
+        counts[r["status"]] += 1
+        if keep_keys:
+            keys.append(r["key"])
+        try:
+            used += float(r.get("wall_s") or 0)
+            v = float(r.get("objective", ""))
+        except (TypeError, ValueError):
+            continue
+        if r["status"] == "complete" and math.isfinite(v) and (best is None or (v > best[0] if maximize else v < best[0])):
+            best = (v, r)
+    return counts, used, best, keys
 
 
 def _adaptive_text(todo: int | None, decided: Decisions | None) -> str:
