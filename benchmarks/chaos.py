@@ -15,7 +15,7 @@ Then prints: runs lost (grid cells without a record; must be 0), runs duplicated
 and Optuna's trial numbers aside) and its leaderboard.csv are identical to the undisturbed one's, and both
 searches' overhead against ideal (target <= 15% for 1-s trials, undisturbed).
 
-    python benchmarks/chaos.py --trials 1000 --nodes 3 [--steps 600] [--kill-frac 0.1] [--seed 0] [--write]
+    python benchmarks/chaos.py --trials 1000 --nodes 3 [--steps 950] [--kill-frac 0.1] [--seed 0] [--write]
 
 `--write` stores the figures in docs/performance/chaos.csv and renders the paragraph of docs/ray.md from it. The
 slow suite runs a reduced version (tests/test_chaos.py). Not a timed test.
@@ -316,7 +316,7 @@ def render() -> str:
     """The paragraph of docs/ray.md, from docs/performance/chaos.csv."""
     with open(CHAOS_CSV, newline="") as f:
         r = next(csv.DictReader(f))
-    return (f"Measured (`python benchmarks/chaos.py --trials {r['trials']} --nodes {r['nodes']} --write`, "
+    return (f"Measured (`python benchmarks/chaos.py --trials {r['trials']} --nodes {r['nodes']} --steps {r['steps']} --write`, "
             f"docs/performance/chaos.csv): {r['trials']} trials of {r['steps']} steps on {r['nodes']} nodes; "
             f"{r['workers_killed']} trial workers SIGKILLed, one node removed ({r['node_removed']}), the driver SIGKILLed "
             f"at {r['driver_killed_at']} records and resumed. **Runs lost {r['lost']}, duplicated {r['duplicated']}, "
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000, help="grid cells, one seed each (a multiple of 10)")
     ap.add_argument("--nodes", type=int, default=3, help="Ray nodes on loopback, 1 CPU each (>= 3)")
-    ap.add_argument("--steps", type=int, default=600, help="training steps per trial (600: about 1 s here)")
+    ap.add_argument("--steps", type=int, default=950, help="training steps per trial (950: about 1 s here)")
     ap.add_argument("--kill-frac", type=float, default=0.1, help="trial workers SIGKILLed, a fraction of the trials")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true", help="store docs/performance/chaos.csv, render docs/ray.md")

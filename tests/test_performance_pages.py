@@ -1,5 +1,6 @@
 """The measured figures the pages quote are rendered from the benchmarks' stored CSVs, never typed: the scale table
-(benchmarks/bench_leaderboard.py --scale --write: docs/performance.md and the README)."""
+(benchmarks/bench_leaderboard.py --scale --write: docs/performance.md and the README) and the chaos paragraph
+(benchmarks/chaos.py --write: docs/ray.md)."""
 from __future__ import annotations
 
 import csv
@@ -37,3 +38,10 @@ def test_the_stored_scale_measurement_meets_the_targets():
     for n, (minutes, gib) in {100_000: (2, 3), 1_000_000: (5, 4)}.items():
         r = rows["leaderboard", n]
         assert int(r["configurations"]) == n // 500 and float(r["wall_s"]) <= 60 * minutes and float(r["peak_gib"]) <= gib
+def test_the_chaos_paragraph_is_the_stored_measurement():
+    chaos = _bench("chaos")
+    assert _block(chaos.PAGE, chaos.BEGIN, chaos.END) == chaos.render()
+    with open(chaos.CHAOS_CSV) as f:
+        r = next(csv.DictReader(f))
+    assert int(r["trials"]) >= 1000 and int(r["nodes"]) >= 3
+    assert (r["lost"], r["duplicated"], r["not_once"]) == ("0", "0", "0")
