@@ -184,3 +184,17 @@ def test_generating_a_large_mnist1d_is_announced_with_its_cost_and_bounded():
     assert not any("MNIST-1D" in n for n in loads_spec(text % 4000).notes)
     with pytest.raises(SpecError, match="must be <= 1000000"):
         loads_spec(text % 10_000_000)
+
+
+def test_a_row_label_with_a_control_character_is_refused(run_dir):
+    """A text searched key (a leaderboard row's label) holding a newline or an escape sequence would break every table
+    keyed on it: one line naming the line and the column, exit 2 (issue 50, item 5)."""
+    def edit(rows):
+        rows[2]["model.aggregation"] = "st\nam"
+        rows[4]["model.aggregation"] = "\x1b[31msum"
+
+    _edit_trials(run_dir, edit)
+    r = run_cli("leaderboard", run_dir, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "line 4: model.aggregation: 'st\\nam' holds a control character" in r.stderr, r.stderr
+    assert "(also line 6: 1 more)" in r.stderr and "\x1b" not in r.stderr

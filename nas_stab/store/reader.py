@@ -198,6 +198,10 @@ def _cell_problems(trials: pd.DataFrame, spec: Spec, tpath: Path) -> list[str]:
             report(bad, col, f"is not {'a whole number' if col == 'seed' else 'a number'}")
         elif col in positive:
             report(num.notna() & ~((num > 0) & (num < float("inf"))), col, "is not a finite number > 0")
+    for col in (d.key for d in spec.space if d.key in trials.columns and d.key not in numeric):
+        text = trials[col]  # a row label: a control character (a newline, an escape) breaks every table it keys
+        report(text.notna() & text.astype(str).str.contains(r"[\x00-\x1f\x7f]", regex=True), col,
+               "holds a control character (a newline, tab or escape): the leaderboard cannot key a row on it")
     if "run_id" in trials.columns:
         ids = trials["run_id"]
         report(ids.notna() & ~ids.map(lambda v: is_run_id(v) if isinstance(v, str) else False), "run_id",
